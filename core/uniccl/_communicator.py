@@ -1,0 +1,508 @@
+"""The Communicator: argument checks, cross-rank agreement, execution.
+
+Every collective goes through three steps:
+1. *plan* (caller's thread): convert and check the arguments locally.  A bad
+   argument does not raise yet: it is recorded in the plan.
+2. *agree* (all ranks): a tiny allgather of each rank's call header (ok/error,
+   operation, dtype, count, op, root).  If any rank's arguments were bad, every
+   rank raises (the culprit its own error, the others ``RemoteError`` naming it);
+   if the headers disagree, every rank raises ``InvalidUsage`` naming both sides.
+   So bad input never leaves a peer hanging.
+3. *run*: the algorithm moves and reduces the data.
+Async operations run the same steps on the communicator's in-order executor.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from . import _algorithms as alg
+from . import _checks as chk
+from . import _group
+from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
+from ._executor import SerialExecutor, Work
+from ._mpi import MPITransport, mpi
+from ._plugins import manager
+from ._types import DType, MemcpyKind, ReduceOp, dtype_name
+
+#: color for ``split`` meaning "not in any new communicator" (returns None).
+UNDEFINED = -1
+
+SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: recursive doubling (latency); above: ring (bandwidth)
+
+_COLL_IDS = {name: i for i, name in enumerate(
+    ("barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
+     "gather", "scatter"))}
+_COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
+# Header fields every rank must agree on, per collective (indexes into the header).
+_H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT = range(6)
+_FIELD_NAMES = {_H_DTYPE: "dtype", _H_COUNT: "count", _H_OP: "op", _H_ROOT: "root"}
+_AGREE = {
+    "barrier": (),
+    "all_reduce": (_H_DTYPE, _H_COUNT, _H_OP),
+    "reduce": (_H_DTYPE, _H_COUNT, _H_OP, _H_ROOT),
+    "broadcast": (_H_DTYPE, _H_COUNT, _H_ROOT),
+    "all_gather": (_H_DTYPE, _H_COUNT),
+    "reduce_scatter": (_H_DTYPE, _H_COUNT, _H_OP),
+    "all_to_all": (_H_DTYPE, _H_COUNT),
+    "gather": (_H_DTYPE, _H_COUNT, _H_ROOT),
+    "scatter": (_H_DTYPE, _H_COUNT, _H_ROOT),
+}
+
+
+class Plan:
+    """A checked call, ready to run (or carrying the error that its checks found)."""
+
+    __slots__ = ("name", "dtype", "count", "op", "root", "run", "error", "p2p", "post")
+
+    def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, p2p=False):
+        self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
+        self.run, self.error, self.p2p = run, None, p2p
+        self.post = None  # point-to-point only: start the transfer, return its request
+
+
+class _Scratch:
+    """Per-communicator scratch buffers, kept between calls (no allocation per call
+    in steady state); page-aligned host memory from the platform plugin."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._slots: dict[int, tuple[int, int]] = {}
+
+    def __call__(self, slot: int, nbytes: int) -> int:
+        ptr, size = self._slots.get(slot, (0, 0))
+        if size < nbytes:
+            if ptr:
+                self._backend.host_free(ptr)
+            size = max(nbytes, 2 * size, 4096)
+            ptr = self._backend.host_alloc(size)
+            self._slots[slot] = (ptr, size)
+        return ptr
+
+    def free(self) -> None:
+        for ptr, _ in self._slots.values():
+            self._backend.host_free(ptr)
+        self._slots.clear()
+
+
+class Communicator:
+    """A group of ranks that run collectives together.
+
+    Make one with :func:`uniccl.init` (the launcher's world), :meth:`from_mpi`,
+    :meth:`split`, or NCCL-style ``Communicator(uid, rank, size)`` with a
+    :func:`uniccl.get_unique_id` shared by the caller.
+    """
+
+    def __init__(self, uid, rank: int, size: int, *, platform: str | None = None,
+                 timeout: float | None = None):
+        from ._uniqueid import comm_from_unique_id
+
+        self._setup(comm_from_unique_id(uid, rank, size, timeout), platform, owned=True)
+
+    @classmethod
+    def from_mpi(cls, mpi_comm, *, platform: str | None = None) -> "Communicator":
+        """A communicator over the ranks of an mpi4py communicator (which is duplicated,
+        so the caller's keeps working independently)."""
+        self = cls.__new__(cls)
+        self._setup(mpi_comm, platform, owned=False)
+        return self
+
+    def _setup(self, mpi_comm, platform, owned: bool) -> None:
+        MPI = mpi()
+        mgr = manager()
+        record, why = mgr.choose(platform)
+        self._backend = mgr.backend(record)
+        self.platform_reason = why
+        self._t = MPITransport(mpi_comm)
+        node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        node.Free()
+        if owned:
+            mpi_comm.Free()
+        self.rank, self.size = self._t.rank, self._t.size
+        ndev = max(1, len(record.probe.get("devices") or ()))
+        self.device = self.local_rank % ndev
+        self._scratch = _Scratch(self._backend)
+        self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._tag_span = min(self._t.tag_ub, 1 << 20) - 1
+        self._hdr = np.zeros(6, np.int64)
+        self._hdrs = np.zeros((self.size, 6), np.int64)
+        self._destroyed = False
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def platform(self) -> str:
+        return self._backend.name
+
+    def __repr__(self):
+        state = "destroyed" if self._destroyed else f"platform={self.platform}"
+        return f"<uniccl.Communicator rank {self.rank}/{self.size} {state}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def destroy(self) -> None:
+        """Finish pending work and release this communicator's resources (idempotent)."""
+        if self._destroyed:
+            return
+        self._executor.close()
+        with self._lock:
+            self._destroyed = True
+            self._scratch.free()
+            self._t.free()
+
+    def _alive(self, op: str) -> None:
+        if self._destroyed:
+            raise InvalidUsage("the communicator was destroyed", op=op, rank=self.rank)
+
+    # ------------------------------------------------------------- collectives
+    def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False):
+        """Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place)."""
+        return self._call("all_reduce", self._plan_all_reduce, (sendbuf, recvbuf, op), async_op)
+
+    def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False):
+        """Reduce to ``root``'s ``recvbuf`` (None: in place in the root's ``sendbuf``)."""
+        return self._call("reduce", self._plan_reduce, (sendbuf, recvbuf, op, root), async_op)
+
+    def broadcast(self, buf, root=0, *, async_op=False):
+        """Copy ``root``'s ``buf`` into every rank's ``buf``."""
+        return self._call("broadcast", self._plan_broadcast, (buf, root), async_op)
+
+    def all_gather(self, sendbuf, recvbuf, *, async_op=False):
+        """``recvbuf`` (size x len(sendbuf), rank-major) gets every rank's ``sendbuf``.
+        In place when ``sendbuf`` is block ``rank`` of ``recvbuf``."""
+        return self._call("all_gather", self._plan_all_gather, (sendbuf, recvbuf), async_op)
+
+    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, async_op=False):
+        """Block i of ``sendbuf`` (size x len(recvbuf)) reduced over all ranks lands in
+        rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``."""
+        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op), async_op)
+
+    def all_to_all(self, sendbuf, recvbuf, *, async_op=False):
+        """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
+        return self._call("all_to_all", self._plan_all_to_all, (sendbuf, recvbuf), async_op)
+
+    def gather(self, sendbuf, recvbuf=None, root=0, *, async_op=False):
+        """``root``'s ``recvbuf`` (size x len(sendbuf)) gets every rank's ``sendbuf``."""
+        return self._call("gather", self._plan_gather, (sendbuf, recvbuf, root), async_op)
+
+    def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False):
+        """Block i of ``root``'s ``sendbuf`` goes to rank i's ``recvbuf``."""
+        return self._call("scatter", self._plan_scatter, (sendbuf, recvbuf, root), async_op)
+
+    def barrier(self, *, async_op=False):
+        """Return once every rank has entered the barrier."""
+        return self._call("barrier", lambda: Plan("barrier"), (), async_op)
+
+    def send(self, buf, peer: int, *, async_op=False):
+        """Send ``buf`` to ``peer`` (matched in order with its ``recv``)."""
+        return self._call("send", self._plan_send, (buf, peer), async_op)
+
+    def recv(self, buf, peer: int, *, async_op=False):
+        """Receive from ``peer`` into ``buf`` (a longer message is an error)."""
+        return self._call("recv", self._plan_recv, (buf, peer), async_op)
+
+    # ---------------------------------------------------------------- structure
+    def split(self, color: int, key: int = 0) -> "Communicator | None":
+        """Ranks with the same ``color`` form a new communicator, ordered by ``key``
+        then rank; ``color=uniccl.UNDEFINED`` gives None.  Collective."""
+        self._alive("split")
+        for name, value in (("color", color), ("key", key)):
+            if isinstance(value, bool) or not isinstance(value, int) or (name == "color" and value < UNDEFINED):
+                raise InvalidArgument(f"must be an int{' >= 0 or uniccl.UNDEFINED' if name == 'color' else ''}, "
+                                      f"got {value!r}", op="split", rank=self.rank, argument=name)
+        self._executor.drain()
+        MPI = mpi()
+        with self._lock:
+            new = self._t.ctrl.Split(MPI.UNDEFINED if color == UNDEFINED else color, key)
+        if new == MPI.COMM_NULL:
+            return None
+        sub = Communicator.__new__(Communicator)
+        sub._setup(new, self.platform, owned=True)
+        return sub
+
+    def stats(self) -> dict:
+        return {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
+
+    # ----------------------------------------------------------------- plumbing
+    def _call(self, name, planner, args, async_op):
+        self._alive(name)
+        try:
+            plan = planner(*args)
+        except UnicclError as exc:
+            plan = Plan(name, p2p=name in ("send", "recv"))
+            plan.error = exc
+        if plan.p2p and plan.error is not None:
+            raise plan.error  # point-to-point errors are local: no peer waits in agreement
+        group = _group.current()
+        if group is not None:
+            return group.add(self, plan)
+        if async_op:
+            return self._executor.submit(functools.partial(self._execute, plan), Work(name))
+        if not self._executor.idle():  # keep issue order behind pending async work
+            return self._executor.submit(functools.partial(self._execute, plan), Work(name)).wait()
+        return self._execute(plan)
+
+    def _execute(self, plan: Plan):
+        with self._lock:
+            if self._destroyed:
+                raise InvalidUsage("the communicator was destroyed", op=plan.name, rank=self.rank)
+            if plan.p2p:
+                return plan.run(None)
+            seq = self._seq
+            self._seq += 1
+            if self.size > 1:
+                self._agree(plan, seq)
+            elif plan.error is not None:
+                raise plan.error
+            if plan.run is None:
+                return None
+            return plan.run(self._context(plan, seq))
+
+    def _context(self, plan: Plan, seq: int) -> alg.OpContext:
+        dt = DType(plan.dtype)
+        op = ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op
+        return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
+                             int(op), self._backend.reduce, self._scratch, self._copy)
+
+    def _agree(self, plan: Plan, seq: int) -> None:
+        hdr, hdrs = self._hdr, self._hdrs
+        hdr[:] = (plan.error is not None, _COLL_IDS[plan.name], plan.dtype, plan.count, plan.op, plan.root)
+        self._t.ctrl.Allgather(hdr, hdrs)
+        if hdrs[:, _H_ERR].any():
+            errors = self._t.ctrl.allgather(plan.error)
+            if plan.error is not None:
+                raise plan.error
+            bad = int(np.flatnonzero(hdrs[:, _H_ERR])[0])
+            raise RemoteError(f"call #{seq} failed on rank {bad}: {errors[bad]}", op=plan.name,
+                              rank=self.rank, remote_rank=bad, remote_type=type(errors[bad]).__name__)
+        colls = hdrs[:, _H_COLL]
+        if (colls != colls[0]).any():
+            other = int(np.flatnonzero(colls != colls[0])[0])
+            raise InvalidUsage(f"mismatched call #{seq}: rank 0 called {_COLL_NAMES[int(colls[0])]} but rank "
+                               f"{other} called {_COLL_NAMES[int(colls[other])]}", op=plan.name, rank=self.rank)
+        for f in _AGREE[plan.name]:
+            col = hdrs[:, f]
+            if (col != col[0]).any():
+                other = int(np.flatnonzero(col != col[0])[0])
+                raise InvalidUsage(f"mismatched call #{seq}: rank 0 passed {_FIELD_NAMES[f]}="
+                                   f"{_describe(f, col[0])} but rank {other} passed {_FIELD_NAMES[f]}="
+                                   f"{_describe(f, col[other])}", op=plan.name, rank=self.rank)
+
+    def _copy(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes and dst != src:
+            self._backend.memcpy(dst, src, nbytes, MemcpyKind.HOST_TO_HOST, None)
+
+    def _finish_avg(self, ptr: int, count: int, dtype: int, op) -> None:
+        if op == ReduceOp.AVG and count:
+            self._backend.scale(ptr, ptr, count, dtype, self.size, None)
+
+    # ------------------------------------------------------------------- plans
+    def _plan_all_reduce(self, sendbuf, recvbuf, op):
+        name = "all_reduce"
+        rop = chk.reduce_op(self, op, name)
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=recvbuf is None or recvbuf is sendbuf)
+        recv = send
+        if recvbuf is not None and recvbuf is not sendbuf:
+            recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+            chk.same_dtype(self, send, recv, name, "recvbuf")
+            chk.at_least(self, recv, send.count, name, "recvbuf", "the count of sendbuf")
+            chk.no_partial_overlap(self, send, recv, name)
+        count, result = send.count, sendbuf if recvbuf is None else recvbuf
+
+        def run(c):
+            self._copy(recv.ptr, send.ptr, send.nbytes)
+            if c.size > 1 and count:
+                if count * c.itemsize <= SMALL_ALL_REDUCE_BYTES or count < c.size:
+                    alg.all_reduce_recursive_doubling(c, recv.ptr, count)
+                else:
+                    alg.all_reduce_ring(c, recv.ptr, count)
+            self._finish_avg(recv.ptr, count, c.dtype, rop)
+            return result
+        return Plan(name, send.dtype, count, rop, -1, run)
+
+    def _plan_reduce(self, sendbuf, recvbuf, op, root):
+        name = "reduce"
+        rop = chk.reduce_op(self, op, name)
+        root = chk.rank_in_range(self, root, name, "root")
+        is_root = self.rank == root
+        inplace = is_root and (recvbuf is None or recvbuf is sendbuf)
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=inplace)
+        recv = send
+        if is_root and not inplace:
+            recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+            chk.same_dtype(self, send, recv, name, "recvbuf")
+            chk.at_least(self, recv, send.count, name, "recvbuf", "the count of sendbuf")
+            chk.no_partial_overlap(self, send, recv, name)
+        count = send.count
+        result = (sendbuf if recvbuf is None else recvbuf) if is_root else None
+
+        def run(c):
+            acc = send.ptr
+            if is_root:
+                acc = recv.ptr
+                self._copy(acc, send.ptr, send.nbytes)
+            elif alg._tree((c.rank - root) % c.size, c.size)[1]:  # inner node: fold children into a copy
+                acc = c.scratch(0, send.nbytes)
+                self._copy(acc, send.ptr, send.nbytes)
+            if c.size > 1 and count:
+                alg.reduce_tree(c, send.ptr, acc, count, root)
+            if is_root:
+                self._finish_avg(acc, count, c.dtype, rop)
+            return result
+        return Plan(name, send.dtype, count, rop, root, run)
+
+    def _plan_broadcast(self, buf, root):
+        name = "broadcast"
+        root = chk.rank_in_range(self, root, name, "root")
+        b = chk.buffer(self, buf, name, "buf", writable=self.rank != root)
+
+        def run(c):
+            if c.size > 1 and b.nbytes:
+                alg.broadcast_tree(c, b.ptr, b.nbytes, root)
+            return buf
+        return Plan(name, b.dtype, b.count, -1, root, run)
+
+    def _plan_all_gather(self, sendbuf, recvbuf):
+        name = "all_gather"
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
+        recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+        chk.same_dtype(self, send, recv, name, "recvbuf")
+        chk.at_least(self, recv, self.size * send.count, name, "recvbuf", "size x count of sendbuf")
+        chk.no_partial_overlap(self, send, recv, name, allowed_offset=self.rank * send.nbytes)
+
+        def run(c):
+            self._copy(recv.ptr + c.rank * send.nbytes, send.ptr, send.nbytes)
+            if c.size > 1 and send.nbytes:
+                alg.all_gather_ring(c, recv.ptr, send.nbytes)
+            return recvbuf
+        return Plan(name, send.dtype, send.count, -1, -1, run)
+
+    def _plan_reduce_scatter(self, sendbuf, recvbuf, op):
+        name = "reduce_scatter"
+        rop = chk.reduce_op(self, op, name)
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
+        recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+        chk.same_dtype(self, send, recv, name, "recvbuf")
+        count = chk.divisible(self, send, name, "sendbuf")
+        chk.at_least(self, recv, count, name, "recvbuf", "count of sendbuf / size")
+        nbytes = count * DType(send.dtype).itemsize
+        chk.no_partial_overlap(self, recv, send, name, allowed_offset=self.rank * nbytes)
+
+        def run(c):
+            if c.size == 1:
+                self._copy(recv.ptr, send.ptr, nbytes)
+            elif count:
+                alg.reduce_scatter_ring(c, send.ptr, recv.ptr, count)
+            self._finish_avg(recv.ptr, count, c.dtype, rop)
+            return recvbuf
+        return Plan(name, send.dtype, count, rop, -1, run)
+
+    def _plan_all_to_all(self, sendbuf, recvbuf):
+        name = "all_to_all"
+        inplace = recvbuf is sendbuf
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=inplace)
+        recv = send if inplace else chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+        chk.same_dtype(self, send, recv, name, "recvbuf")
+        block = chk.divisible(self, send, name, "sendbuf")
+        chk.at_least(self, recv, send.count, name, "recvbuf", "the count of sendbuf")
+        chk.no_partial_overlap(self, send, recv, name)
+        bbytes = block * DType(send.dtype).itemsize
+
+        def run(c):
+            src = send.ptr
+            if recv.ptr == send.ptr and c.size > 1:  # in place: send from a copy
+                src = c.scratch(0, send.nbytes)
+                self._copy(src, send.ptr, send.nbytes)
+            self._copy(recv.ptr + c.rank * bbytes, src + c.rank * bbytes, bbytes)
+            if c.size > 1 and bbytes:
+                alg.all_to_all_pairwise(c, src, recv.ptr, bbytes)
+            return recvbuf
+        return Plan(name, send.dtype, block, -1, -1, run)
+
+    def _plan_gather(self, sendbuf, recvbuf, root):
+        name = "gather"
+        root = chk.rank_in_range(self, root, name, "root")
+        send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
+        recv = None
+        if self.rank == root:
+            recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+            chk.same_dtype(self, send, recv, name, "recvbuf")
+            chk.at_least(self, recv, self.size * send.count, name, "recvbuf", "size x count of sendbuf")
+            chk.no_partial_overlap(self, send, recv, name, allowed_offset=root * send.nbytes)
+
+        def run(c):
+            rptr = recv.ptr if recv is not None else 0
+            if recv is not None:
+                self._copy(rptr + root * send.nbytes, send.ptr, send.nbytes)
+            if c.size > 1 and send.nbytes:
+                alg.gather_linear(c, send.ptr, rptr, send.nbytes, root)
+            return recvbuf if recv is not None else None
+        return Plan(name, send.dtype, send.count, -1, root, run)
+
+    def _plan_scatter(self, sendbuf, recvbuf, root):
+        name = "scatter"
+        root = chk.rank_in_range(self, root, name, "root")
+        recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+        send, count = None, recv.count
+        if self.rank == root:
+            send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
+            chk.same_dtype(self, send, recv, name, "recvbuf")
+            count = chk.divisible(self, send, name, "sendbuf")
+            chk.at_least(self, recv, count, name, "recvbuf", "count of sendbuf / size")
+            chk.no_partial_overlap(self, recv, send, name,
+                                   allowed_offset=root * count * DType(send.dtype).itemsize)
+        bbytes = count * DType(recv.dtype).itemsize
+
+        def run(c):
+            sptr = send.ptr if send is not None else 0
+            if send is not None:
+                self._copy(recv.ptr, sptr + root * bbytes, bbytes)
+            if c.size > 1 and bbytes:
+                alg.scatter_linear(c, sptr, recv.ptr, bbytes, root)
+            return recvbuf
+        return Plan(name, recv.dtype, count, -1, root, run)
+
+    def _check_peer(self, peer, name):
+        peer = chk.rank_in_range(self, peer, name, "peer")
+        if peer == self.rank and _group.current() is None:
+            raise InvalidArgument("a blocking send/recv with itself would deadlock; pair them inside "
+                                  "uniccl.group()", op=name, rank=self.rank, argument="peer")
+        return peer
+
+    def _plan_p2p(self, name, buf, peer):
+        b = chk.buffer(self, buf, name, "buf", writable=name == "recv")
+        peer = self._check_peer(peer, name)
+        start = self._t.isend if name == "send" else self._t.irecv
+
+        def post():
+            return start(b.ptr, b.nbytes, peer, 0, self._t.p2p)
+
+        def run(_):
+            self._t.finish_p2p(post(), peer, b.nbytes, name, self.rank)
+            return buf
+        plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
+        plan.post = post
+        return plan
+
+    def _plan_send(self, buf, peer):
+        return self._plan_p2p("send", buf, peer)
+
+    def _plan_recv(self, buf, peer):
+        return self._plan_p2p("recv", buf, peer)
+
+
+def _describe(field: int, value) -> str:
+    value = int(value)
+    if field == _H_DTYPE:
+        return dtype_name(value) if 0 <= value < len(DType) else str(value)
+    if field == _H_OP:
+        return ReduceOp(value).name.lower() if 0 <= value < len(ReduceOp) else str(value)
+    return str(value)

@@ -1,0 +1,73 @@
+"""Typed, picklable exceptions.
+
+Every error carries the structured context (operation, rank, argument) as
+attributes as well as in its message, and pickles with it, so an error raised
+on one rank can be re-raised on another or returned from a worker process.
+"""
+from __future__ import annotations
+
+
+class UnicclError(Exception):
+    """Base of every uniccl error."""
+
+    def __init__(self, message: str = "", *, op: str | None = None, rank: int | None = None,
+                 argument: str | None = None, **extra):
+        self.message = message
+        self.op = op
+        self.rank = rank
+        self.argument = argument
+        self.extra = extra
+        for key, value in extra.items():
+            setattr(self, key, value)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.op:
+            where.append(self.op)
+        if self.rank is not None:
+            where.append(f"rank {self.rank}")
+        if self.argument:
+            where.append(f"argument '{self.argument}'")
+        prefix = f"[{', '.join(where)}] " if where else ""
+        return prefix + self.message
+
+    def __reduce__(self):
+        kwargs = dict(op=self.op, rank=self.rank, argument=self.argument, **self.extra)
+        return (_rebuild, (type(self), self.message, kwargs))
+
+
+def _rebuild(cls, message, kwargs):
+    return cls(message, **kwargs)
+
+
+class InvalidArgument(UnicclError, ValueError):
+    """A buffer, dtype, op, root or peer that the operation cannot accept."""
+
+
+class InvalidUsage(UnicclError, RuntimeError):
+    """The API was used in a wrong state (destroyed communicator, mismatched calls...)."""
+
+
+class PlatformUnavailable(UnicclError, RuntimeError):
+    """No usable platform, or the one forced by UNICCL_PLATFORM cannot be used."""
+
+
+class RemoteError(UnicclError, RuntimeError):
+    """Another rank failed the operation; ``remote_rank`` says which, ``remote_type``
+    names the exception it raised there."""
+
+
+class Timeout(UnicclError, TimeoutError):
+    """An operation did not complete in time."""
+
+
+class InternalError(UnicclError, RuntimeError):
+    """A transport or library failed unexpectedly (a bug or a broken system)."""
+
+
+class VendorError(UnicclError, RuntimeError):
+    """A vendor runtime or library returned an error status.
+
+    ``code`` is the vendor's numeric status and ``status_name`` its symbolic name.
+    """

@@ -1,0 +1,81 @@
+"""``with uniccl.group():`` — NCCL group semantics.
+
+Operations issued inside the block are only recorded; at the end of the
+outermost block every point-to-point transfer is started at once (so matching
+send/recv pairs in any order cannot deadlock), then the collectives run in issue
+order, then the transfers are completed.  Each call in the block returns a
+``Work`` that is completed when the group ends.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from ._errors import InvalidUsage
+from ._executor import Work
+
+_state = threading.local()
+
+
+class _Group:
+    def __init__(self):
+        self.items: list = []  # (comm, plan, work)
+
+    def add(self, comm, plan) -> Work:
+        work = Work(plan.name)
+        self.items.append((comm, plan, work))
+        return work
+
+    def run(self) -> None:
+        for comm in {id(c): c for c, _, _ in self.items}.values():
+            comm._executor.drain()  # earlier async work first: issue order
+        started = []
+        for comm, plan, work in self.items:
+            if plan.p2p:
+                try:
+                    started.append((comm, plan, work, plan.post()))
+                except BaseException as exc:
+                    work._finish(error=exc)
+        for comm, plan, work in self.items:
+            if not plan.p2p:
+                try:
+                    work._finish(result=comm._execute(plan))
+                except BaseException as exc:
+                    work._finish(error=exc)
+        for comm, plan, work, req in started:
+            try:
+                comm._t.finish_p2p(req, plan.root, plan.count, plan.name, comm.rank)
+                work._finish(result=None)
+            except BaseException as exc:
+                work._finish(error=exc)
+        errors = [w._error for _, _, w in self.items if w._error is not None]
+        if errors:
+            raise errors[0]
+
+    def discard(self) -> None:
+        for _, plan, work in self.items:
+            work._finish(error=InvalidUsage("the group block raised before it ended; nothing was run",
+                                            op=plan.name))
+
+
+def current() -> _Group | None:
+    stack = getattr(_state, "stack", None)
+    return stack[0] if stack else None
+
+
+@contextlib.contextmanager
+def group():
+    """Batch operations like ncclGroupStart/ncclGroupEnd (nestable)."""
+    stack = _state.__dict__.setdefault("stack", [])
+    stack.append(_Group() if not stack else stack[0])
+    try:
+        yield
+    except BaseException:
+        if len(stack) == 1:
+            stack[0].discard()
+        raise
+    else:
+        if len(stack) == 1:
+            stack[0].run()
+    finally:
+        stack.pop()

@@ -1,0 +1,72 @@
+"""``uniccl.info()`` / ``uniccl info``: what is installed, what works, and why."""
+from __future__ import annotations
+
+import platform as _platform
+import sys
+
+from ._errors import UnicclError
+from ._plugins import manager
+from ._version import __version__
+
+
+def info() -> dict:
+    """Plugins (version, state, reason, devices, transports), the platform that
+    would be chosen and why, the MPI library, and the Python stack versions."""
+    import numpy
+
+    mgr = manager()
+    plugins = []
+    for rec in mgr.discover():
+        entry = {"name": rec.name, "distribution": rec.distribution, "version": rec.version,
+                 "priority": rec.priority, "state": rec.state, "reason": rec.reason,
+                 "devices": rec.probe.get("devices", []), "versions": rec.probe.get("versions", {}),
+                 "kernels": rec.probe.get("kernels", ""), "transports": ["mpi"]}
+        if rec.module is not None:
+            transports = mgr.backend(rec).transports
+            if transports is not None:
+                entry["transports"] += sorted(transports() or {})
+        plugins.append(entry)
+    try:
+        chosen, why = mgr.choose()
+        choice = {"platform": chosen.name, "why": why}
+    except UnicclError as exc:
+        choice = {"platform": None, "why": str(exc)}
+    try:
+        from ._mpi import library
+        import mpi4py
+
+        mpi_info = dict(library(), mpi4py=mpi4py.__version__)
+    except Exception as exc:  # info must work even when MPI is broken
+        mpi_info = {"name": None, "error": str(exc)}
+    return {"uniccl": __version__, "plugins": plugins, "chosen": choice, "mpi": mpi_info,
+            "python": sys.version.split()[0], "numpy": numpy.__version__,
+            "host": _platform.node(), "machine": _platform.machine()}
+
+
+def format_info(data: dict) -> str:
+    lines = [f"uniccl {data['uniccl']}  (python {data['python']}, numpy {data['numpy']}, "
+             f"host {data['host']} {data['machine']})"]
+    m = data["mpi"]
+    if m.get("name"):
+        lines.append(f"MPI: {m['name']} {m['version']} (MPI {m['standard']}, thread level "
+                     f"{m['thread_level']}, mpi4py {m['mpi4py']})")
+    else:
+        lines.append(f"MPI: unavailable: {m.get('error')}")
+    lines.append("plugins:")
+    if not data["plugins"]:
+        lines.append("  (none installed: pip install uniccl-cpu)")
+    for p in data["plugins"]:
+        state = p["state"] + (f": {p['reason']}" if p["reason"] else "")
+        lines.append(f"  {p['name']:<10} {p['version']:<8} priority {p['priority']:<3} {state}")
+        for d in p["devices"]:
+            mem = d.get("total_memory") or 0
+            lines.append(f"      device {d.get('index')}: {d.get('name')} ({mem / 2**30:.1f} GiB)")
+        if p["kernels"]:
+            lines.append(f"      kernels: {p['kernels']}")
+        if p["versions"]:
+            lines.append("      versions: " + ", ".join(f"{k} {v}" for k, v in p["versions"].items()))
+        if p["state"] == "available":
+            lines.append(f"      transports: {', '.join(p['transports'])}")
+    c = data["chosen"]
+    lines.append(f"chosen platform: {c['platform'] or 'none'} ({c['why']})")
+    return "\n".join(lines)

@@ -1,0 +1,212 @@
+"""Plugin discovery, selection and backend resolution.
+
+Discovery is lazy (first communicator or ``uniccl info``), records every failure
+with its reason and never lets one broken plugin break the others.  Selection
+honours ``UNICCL_PLATFORM`` (forced order, fatal when none works) and
+``UNICCL_PLUGINS=^a,b`` (blocked names); otherwise the highest-priority available
+plugin wins (cpu has priority 0).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import pluggy
+
+from . import hookspecs
+from ._errors import PlatformUnavailable
+
+ENTRY_POINT_GROUP = "uniccl.plugins"
+
+# Hooks every platform must implement to carry a communicator.
+REQUIRED_HOOKS = ("uniccl_platform_info", "uniccl_probe", "uniccl_reduce", "uniccl_scale",
+                  "uniccl_memcpy", "uniccl_host_alloc", "uniccl_host_free")
+
+
+@dataclass
+class PluginRecord:
+    name: str
+    distribution: str = ""
+    version: str = ""
+    state: str = "unknown"  # available | unavailable | failed | rejected | blocked
+    reason: str = ""
+    priority: int = 0
+    info: dict = field(default_factory=dict)
+    probe: dict = field(default_factory=dict)
+    module: object = None
+
+    @property
+    def available(self) -> bool:
+        return self.state == "available"
+
+
+class Backend:
+    """The chosen plugin's hook implementations as plain attributes.
+
+    Resolved once per communicator: ``backend.reduce(...)`` is a direct function
+    call (no pluggy dispatch on the hot path).  Hooks the plugin does not
+    implement are None.
+    """
+
+    def __init__(self, record: PluginRecord, impls: dict):
+        self.name = record.name
+        self.record = record
+        for hook in _hook_names():
+            setattr(self, hook[len("uniccl_"):], impls.get(hook))
+
+    def __repr__(self):
+        return f"<Backend {self.name}>"
+
+
+def _hook_names():
+    return [n for n in dir(hookspecs) if n.startswith("uniccl_")]
+
+
+def _blocked_names() -> set:
+    spec = os.environ.get("UNICCL_PLUGINS", "").strip()
+    if not spec.startswith("^"):
+        return set()
+    return {n.strip() for n in spec[1:].split(",") if n.strip()}
+
+
+def _forced_names() -> list:
+    return [n.strip() for n in os.environ.get("UNICCL_PLATFORM", "").split(",") if n.strip()]
+
+
+class PluginManager:
+    def __init__(self):
+        self._pm = pluggy.PluginManager("uniccl")
+        self._pm.add_hookspecs(hookspecs)
+        self._records: dict[str, PluginRecord] = {}
+        self._discovered = False
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- discovery
+    def discover(self) -> list[PluginRecord]:
+        with self._lock:
+            if not self._discovered:
+                blocked = _blocked_names()
+                for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                    if ep.name in self._records:
+                        continue  # the same plugin seen twice on sys.path
+                    self._records[ep.name] = self._load(ep, blocked)
+                self._discovered = True
+            return sorted(self._records.values(), key=lambda r: (r.priority, r.name))
+
+    def register(self, module, name: str | None = None) -> PluginRecord:
+        """Register a plugin object directly (tests, embedding); probes it like discovery."""
+        with self._lock:
+            rec = PluginRecord(name=name or getattr(module, "__name__", "plugin"))
+            self._records[rec.name] = self._validate(rec, module)
+            return self._records[rec.name]
+
+    def _load(self, ep, blocked) -> PluginRecord:
+        rec = PluginRecord(name=ep.name)
+        if ep.dist is not None:
+            rec.distribution, rec.version = ep.dist.name, ep.dist.version
+        if ep.name in blocked:
+            rec.state, rec.reason = "blocked", "blocked by UNICCL_PLUGINS"
+            return rec
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not break the others
+            rec.state, rec.reason = "failed", f"import failed: {_one_line(exc)}"
+            return rec
+        return self._validate(rec, module)
+
+    def _validate(self, rec: PluginRecord, module) -> PluginRecord:
+        try:
+            self._pm.register(module, name=rec.name)
+        except Exception as exc:
+            rec.state, rec.reason = "failed", f"invalid hooks: {_one_line(exc)}"
+            return rec
+        rec.module = module
+        try:
+            rec.info = dict(self._impl(module, "uniccl_platform_info")())
+            rec.priority = int(rec.info.get("priority", 0))
+            rec.version = rec.version or str(rec.info.get("version", ""))
+        except Exception as exc:
+            return self._reject(rec, "failed", f"uniccl_platform_info raised: {_one_line(exc)}")
+        api = rec.info.get("api_version")
+        if api != hookspecs.UNICCL_PLUGIN_API:
+            return self._reject(rec, "rejected", f"plugin implements plugin API {api!r}, this uniccl "
+                                f"supports API {hookspecs.UNICCL_PLUGIN_API}")
+        missing = [h for h in REQUIRED_HOOKS if self._impl(module, h) is None]
+        if missing:
+            return self._reject(rec, "rejected", f"missing required hooks: {', '.join(missing)}")
+        try:
+            rec.probe = dict(self._impl(module, "uniccl_probe")())
+        except Exception as exc:
+            return self._reject(rec, "failed", f"probe raised: {_one_line(exc)}")
+        if rec.probe.get("available"):
+            rec.state, rec.reason = "available", ""
+        else:
+            rec.state, rec.reason = "unavailable", str(rec.probe.get("reason") or "probe said no")
+        return rec
+
+    def _reject(self, rec, state, reason):
+        self._pm.unregister(rec.module)
+        rec.state, rec.reason, rec.module = state, reason, None
+        return rec
+
+    def _impl(self, module, hook: str):
+        for impl in getattr(self._pm.hook, hook).get_hookimpls():
+            if impl.plugin is module:
+                return impl.function
+        return None
+
+    # ---------------------------------------------------------------- selection
+    def choose(self, platform: str | None = None) -> tuple[PluginRecord, str]:
+        """Pick the platform; return (record, why)."""
+        records = {r.name: r for r in self.discover()}
+        forced = [platform] if platform else _forced_names()
+        if forced:
+            source = "argument platform=" if platform else "UNICCL_PLATFORM="
+            for name in forced:
+                rec = records.get(name)
+                if rec is not None and rec.available:
+                    return rec, f"forced by {source}{','.join(forced)}"
+            detail = "; ".join(
+                f"{n}: {records[n].state}: {records[n].reason}" if n in records else f"{n}: not installed"
+                for n in forced)
+            raise PlatformUnavailable(f"no platform of {source}{','.join(forced)} is usable ({detail}); "
+                                      f"installed plugins: {', '.join(records) or 'none'}", op="init")
+        usable = [r for r in records.values() if r.available]
+        if not usable:
+            detail = "; ".join(f"{r.name}: {r.state}: {r.reason}" for r in records.values()) or "none installed"
+            raise PlatformUnavailable(f"no usable platform plugin ({detail}); install uniccl-cpu", op="init")
+        best = max(usable, key=lambda r: (r.priority, r.name))
+        others = [f"{r.name} {r.state}" + (f" ({r.reason})" if r.reason else "")
+                  for r in records.values() if r is not best]
+        why = f"highest-priority available plugin (priority {best.priority})"
+        return best, why + (f"; others: {', '.join(others)}" if others else "")
+
+    def backend(self, record: PluginRecord) -> Backend:
+        return Backend(record, {h: self._impl(record.module, h) for h in _hook_names()})
+
+
+def _one_line(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return " ".join(text.split())
+
+
+_manager: PluginManager | None = None
+_manager_lock = threading.Lock()
+
+
+def manager() -> PluginManager:
+    global _manager
+    with _manager_lock:
+        if _manager is None:
+            _manager = PluginManager()
+        return _manager
+
+
+def reset_manager() -> None:
+    """Forget discovery results (tests that change UNICCL_* variables)."""
+    global _manager
+    with _manager_lock:
+        _manager = None

@@ -1,0 +1,33 @@
+"""The ``uniccl`` command: ``uniccl info``, ``uniccl bench``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _info(args) -> int:
+    from ._info import format_info, info
+
+    data = info()
+    print(json.dumps(data, indent=2, default=str) if args.json else format_info(data))
+    return 0
+
+
+def main(argv=None) -> int:
+    from . import _bench
+
+    parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="plugins, their state and why; the chosen platform; MPI")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_info)
+    p = sub.add_parser("bench", help="nccl-tests style collective benchmark")
+    _bench.add_arguments(p)
+    p.set_defaults(func=_bench.main)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

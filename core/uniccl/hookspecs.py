@@ -1,0 +1,195 @@
+"""Hook specifications every uniccl platform plugin implements (pluggy project "uniccl").
+
+A plugin is a module (or object) registered under the entry-point group
+``uniccl.plugins``; it defines some of the functions below decorated with
+``uniccl.hookimpl`` (or its own ``pluggy.HookimplMarker("uniccl")``, which is the
+same thing, so a plugin can be built without importing the core).
+
+How the core uses the hooks
+---------------------------
+* Discovery calls ``uniccl_platform_info`` and ``uniccl_probe`` on each plugin once.
+* When a communicator is made, the manager resolves the chosen plugin's hook
+  implementations once into a ``Backend`` (plain function references).  The
+  per-call hot path calls those functions directly; pluggy is never on it.
+* Every hook is therefore called for ONE plugin at a time: implementations
+  never need to check whether the call is "for them".
+
+Conventions (the plugin ABI, version ``UNICCL_PLUGIN_API``)
+------------------------------------------------------------
+* Pointers are Python ints (addresses).  Streams and events are opaque objects
+  created by the plugin itself; ``None`` as a stream means "synchronous: finished
+  when the call returns".
+* ``dtype`` is an int of :class:`uniccl._types.DType` (0-9 equal NCCL's
+  ncclDataType_t, 10=int16, 11=uint16); ``op`` an int of
+  :class:`uniccl._types.ReduceOp` (equal to ncclRedOp_t); ``kind`` an int of
+  :class:`uniccl._types.MemcpyKind` (equal to cudaMemcpyKind).
+* Errors: raise a subclass of :class:`uniccl.UnicclError` (vendor statuses go
+  through the plugin's single ``check_status``), never return error codes.
+"""
+from __future__ import annotations
+
+import pluggy
+
+#: Version of this interface.  A plugin reports the version it was written for in
+#: ``uniccl_platform_info()["api_version"]``; a different value is rejected with
+#: a clear reason in ``uniccl info``.
+UNICCL_PLUGIN_API = 1
+
+hookspec = pluggy.HookspecMarker("uniccl")
+hookimpl = pluggy.HookimplMarker("uniccl")
+
+
+# --------------------------------------------------------------------------- probe
+@hookspec
+def uniccl_platform_info() -> dict:
+    """Describe the plugin without touching any SDK (must be cheap, never fail).
+
+    Returns a dict with keys ``name`` (platform name, e.g. "cpu"), ``version``
+    (plugin version string), ``api_version`` (``UNICCL_PLUGIN_API`` it implements),
+    ``priority`` (int; higher wins the automatic choice, cpu is 0) and
+    ``description``.
+    """
+
+
+@hookspec
+def uniccl_probe() -> dict:
+    """Is this platform usable in this process?
+
+    Returns a dict: ``available`` (bool), ``reason`` (why not, or "" when
+    available), ``devices`` (list of dicts with ``index``, ``name``,
+    ``total_memory`` bytes), ``versions`` (dict: SDK/driver/library -> version
+    string) and ``kernels`` (str: which reduction kernels are built, e.g.
+    "native C (avx2)" or "none: nvcc not found at build time").
+    May load vendor libraries (dlopen); must not raise for a missing SDK.
+    """
+
+
+# --------------------------------------------------------------- device memory
+@hookspec
+def uniccl_mem_alloc(device: int, nbytes: int) -> int:
+    """Allocate ``nbytes`` of device memory on ``device``; return its address."""
+
+
+@hookspec
+def uniccl_mem_free(device: int, ptr: int) -> None:
+    """Free memory from ``uniccl_mem_alloc``."""
+
+
+@hookspec
+def uniccl_host_alloc(nbytes: int) -> int:
+    """Allocate pinned (page-locked, page-aligned) host memory; return its address."""
+
+
+@hookspec
+def uniccl_host_free(ptr: int) -> None:
+    """Free memory from ``uniccl_host_alloc``."""
+
+
+@hookspec
+def uniccl_memcpy(dst: int, src: int, nbytes: int, kind: int, stream) -> None:
+    """Copy ``nbytes`` from ``src`` to ``dst`` in direction ``kind``.
+
+    With ``stream`` None the copy is complete on return; otherwise it is ordered
+    on ``stream`` after everything already enqueued there.
+    """
+
+
+# ----------------------------------------------------------- streams and events
+@hookspec
+def uniccl_stream_create(device: int):
+    """Create an in-order stream on ``device``; return an opaque handle."""
+
+
+@hookspec
+def uniccl_stream_destroy(stream) -> None:
+    """Destroy ``stream`` after its pending work has completed."""
+
+
+@hookspec
+def uniccl_stream_synchronize(stream) -> None:
+    """Block until all work enqueued on ``stream`` has completed."""
+
+
+@hookspec
+def uniccl_stream_wait_event(stream, event) -> None:
+    """Make future work on ``stream`` wait until ``event`` has completed."""
+
+
+@hookspec
+def uniccl_event_create(device: int):
+    """Create an event; return an opaque handle."""
+
+
+@hookspec
+def uniccl_event_destroy(event) -> None:
+    """Destroy ``event``."""
+
+
+@hookspec
+def uniccl_event_record(event, stream) -> None:
+    """Record ``event`` on ``stream``: it completes when prior work there has."""
+
+
+@hookspec
+def uniccl_event_query(event) -> bool:
+    """True when ``event`` has completed (or was never recorded)."""
+
+
+@hookspec
+def uniccl_event_synchronize(event) -> None:
+    """Block until ``event`` has completed."""
+
+
+# --------------------------------------------------------------------- kernels
+@hookspec
+def uniccl_reduce(dst: int, a: int, b: int, count: int, dtype: int, op: int, stream) -> None:
+    """Elementwise ``dst[i] = op(a[i], b[i])`` for ``count`` elements.
+
+    ``dst`` may equal ``a`` or ``b``.  ``op`` is SUM, PROD, MAX or MIN (AVG is
+    SUM followed by ``uniccl_scale``).  Integers wrap on overflow; float16 and
+    bfloat16 are computed in float32 and rounded once per call.
+    """
+
+
+@hookspec
+def uniccl_scale(dst: int, src: int, count: int, dtype: int, divisor: int, stream) -> None:
+    """``dst[i] = src[i] / divisor`` (AVG's final step).
+
+    Floating types divide in (at least) float32; integer types truncate toward
+    zero, as NCCL's ncclAvg does.
+    """
+
+
+# ---------------------------------------------------------------- buffer claim
+@hookspec
+def uniccl_dlpack_device_types() -> list:
+    """DLPack device type codes this platform may own (e.g. [1] for cpu, [2] for cuda)."""
+
+
+@hookspec
+def uniccl_claim_pointer(ptr: int, device_type: int, device_id: int):
+    """Does ``ptr`` (reported with DLPack ``device_type``/``device_id``) belong to this
+    platform?  Return the device index it lives on, or None when it is not ours.
+
+    DLPack codes cannot tell CoreX from CUDA nor name MetaX, Moore or Cambricon
+    at all, so a device plugin should confirm with its runtime's pointer query.
+    """
+
+
+# ---------------------------------------------------- transports and collectives
+@hookspec
+def uniccl_transports() -> dict:
+    """Transports this plugin provides: ``{name: factory}``.
+
+    ``factory(comm_info)`` returns a transport object (send/recv of byte ranges
+    between ranks).  The core's MPI transport needs no plugin.
+    """
+
+
+@hookspec
+def uniccl_native_collectives():
+    """Optional whole-collective implementation by a vendor library (NCCL-class).
+
+    Return None when there is none, else an object with the methods documented in
+    ``uniccl._native.NativeCollectives``.
+    """

@@ -1,0 +1,48 @@
+"""Start N real processes under the MPI launcher of this environment, with a hard timeout."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+@functools.lru_cache(maxsize=None)
+def mpiexec() -> list[str]:
+    """The mpiexec next to this interpreter (the venv's MPI wheel) or on PATH, with the
+    flags its flavour needs to oversubscribe cores and run as root."""
+    exe = os.environ.get("UNICCL_TEST_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
+    if not Path(exe).exists():
+        exe = shutil.which("mpiexec") or "mpiexec"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version or "prte" in version.lower():
+        flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+        return [exe, *flags]
+    return [exe]
+
+
+def run_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict | None = None):
+    """Run ``workers/<script>`` on ``n`` ranks; return the CompletedProcess (stdout+stderr
+    in .stdout).  On timeout the whole process group is killed and AssertionError raised."""
+    cmd = [*mpiexec(), "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)]
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s; output:\n{out[-4000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+def check_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict | None = None) -> str:
+    res = run_ranks(n, script, *args, timeout=timeout, env=env)
+    assert res.returncode == 0, f"exit {res.returncode}:\n{res.stdout[-6000:]}"
+    return res.stdout

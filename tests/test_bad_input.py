@@ -1,0 +1,24 @@
+"""Every bad input raises a typed error on every rank within 10 s, and no rank hangs."""
+import json
+
+import pytest
+
+from _launch import run_ranks
+from workers.bad_input import CASES
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_bad_input_matrix(nranks):
+    res = run_ranks(nranks, "bad_input.py", timeout=120)
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    expected_cases = set(CASES) | {"use_after_destroy"}
+    if nranks == 1:
+        expected_cases = {c for c in expected_cases if c != "recv_truncated" and not c.startswith("mismatched")}
+    seen = {(r["case"], r["rank"]) for r in rows}
+    assert seen == {(c, r) for c in expected_cases for r in range(nranks)}, res.stdout[-3000:]
+    bad = [r for r in rows if not r["ok"] or r.get("seconds", 0) > 10]
+    assert not bad, json.dumps(bad, indent=1)
+    assert res.returncode == 0, res.stdout[-3000:]
+    for r in rows:  # messages name the operation and the rank
+        if r["got"] and r["case"] not in ("use_after_destroy",):
+            assert f"rank {r['rank']}" in r["message"], r

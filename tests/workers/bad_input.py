@@ -1,0 +1,153 @@
+"""Bad input on one rank (the last) must raise a typed error on every rank, quickly,
+and leave the communicator usable.  Prints one JSON line per (case, rank).
+
+usage: bad_input.py [CASE ...]   (default: every case)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import uniccl
+
+
+def f32(n, v=1.0):
+    return np.full(n, v, np.float32)
+
+
+def readonly(n):
+    a = f32(n)
+    a.flags.writeable = False
+    return a
+
+
+# case -> (call(comm, bad) , error type on the bad rank, on the others; "same" = same as bad rank)
+CASES = {
+    "recv_too_small": (lambda c, bad: c.all_reduce(f32(8), f32(4 if bad else 8)),
+                       uniccl.InvalidArgument, uniccl.RemoteError),
+    "non_contiguous_send": (lambda c, bad: c.all_reduce(f32(16)[::2] if bad else f32(8)),
+                            uniccl.InvalidArgument, uniccl.RemoteError),
+    "non_contiguous_2d": (lambda c, bad: c.broadcast(np.zeros((4, 4), np.float32)[:, 1] if bad else f32(4)),
+                          uniccl.InvalidArgument, uniccl.RemoteError),
+    "readonly_recv": (lambda c, bad: c.all_reduce(f32(8), readonly(8) if bad else f32(8)),
+                      uniccl.InvalidArgument, uniccl.RemoteError),
+    "readonly_inplace": (lambda c, bad: c.all_reduce(readonly(8) if bad else f32(8)),
+                         uniccl.InvalidArgument, uniccl.RemoteError),
+    "readonly_broadcast_nonroot": (lambda c, bad: c.broadcast(readonly(8) if bad else f32(8), root=0),
+                                   uniccl.InvalidArgument, uniccl.RemoteError),
+    "unsupported_dtype": (lambda c, bad: c.all_reduce(np.zeros(8, np.complex64) if bad else f32(8)),
+                          uniccl.InvalidArgument, uniccl.RemoteError),
+    "bool_dtype": (lambda c, bad: c.all_gather(np.zeros(2, bool) if bad else f32(2), f32(2 * c.size)),
+                   uniccl.InvalidArgument, uniccl.RemoteError),
+    "unknown_op": (lambda c, bad: c.all_reduce(f32(8), op="xor" if bad else "sum"),
+                   uniccl.InvalidArgument, uniccl.RemoteError),
+    "unknown_op_reduce_scatter": (lambda c, bad: c.reduce_scatter(f32(2 * c.size), f32(2), op=7 if bad else 0),
+                                  uniccl.InvalidArgument, uniccl.RemoteError),
+    "root_out_of_range": (lambda c, bad: c.broadcast(f32(8), root=c.size if bad else 0),
+                          uniccl.InvalidArgument, uniccl.RemoteError),
+    "negative_root_reduce": (lambda c, bad: c.reduce(f32(8), f32(8), root=-1 if bad else 0),
+                             uniccl.InvalidArgument, uniccl.RemoteError),
+    "dtype_send_recv_differ": (lambda c, bad: c.all_reduce(f32(8), np.zeros(8, np.float64 if bad else np.float32)),
+                               uniccl.InvalidArgument, uniccl.RemoteError),
+    "not_a_buffer": (lambda c, bad: c.all_reduce([1.0] * 8 if bad else f32(8)),
+                     uniccl.InvalidArgument, uniccl.RemoteError),
+    "none_buffer": (lambda c, bad: c.all_to_all(None if bad else f32(c.size), f32(c.size)),
+                    uniccl.InvalidArgument, uniccl.RemoteError),
+    "all_gather_recv_too_small": (lambda c, bad: c.all_gather(f32(4), f32(4 * c.size - (1 if bad else 0))),
+                                  uniccl.InvalidArgument, uniccl.RemoteError),
+    "reduce_scatter_not_divisible": (lambda c, bad: c.reduce_scatter(f32(2 * c.size + (1 if bad else 0)), f32(2)),
+                                     uniccl.InvalidArgument, uniccl.RemoteError),
+    "all_to_all_not_divisible": (lambda c, bad: c.all_to_all(f32(c.size + (1 if bad else 0)), f32(c.size + 1)),
+                                 uniccl.InvalidArgument, uniccl.RemoteError),
+    "gather_root_recv_too_small": (lambda c, bad: c.gather(f32(4), f32(4 * c.size - (1 if bad else 0)),
+                                                           root=c.size - 1),
+                                   uniccl.InvalidArgument, uniccl.RemoteError),
+    "scatter_root_without_sendbuf": (lambda c, bad: c.scatter(None if bad else f32(4 * c.size), f32(4),
+                                                              root=c.size - 1),
+                                     uniccl.InvalidArgument, uniccl.RemoteError),
+    "overlapping_buffers": (lambda c, bad: _overlap(c, bad), uniccl.InvalidArgument, uniccl.RemoteError),
+    "async_bad_input": (lambda c, bad: c.all_reduce(f32(8), f32(4 if bad else 8), async_op=True).wait(),
+                        uniccl.InvalidArgument, uniccl.RemoteError),
+    "mismatched_count": (lambda c, bad: c.all_reduce(f32(9 if bad else 8)), uniccl.InvalidUsage, "same"),
+    "mismatched_op": (lambda c, bad: c.all_reduce(f32(8), op="max" if bad else "sum"), uniccl.InvalidUsage, "same"),
+    "mismatched_dtype": (lambda c, bad: c.all_reduce(np.zeros(8, np.float64) if bad else f32(8)),
+                         uniccl.InvalidUsage, "same"),
+    "mismatched_root": (lambda c, bad: c.broadcast(f32(8), root=c.size - 1 if bad else 0), uniccl.InvalidUsage, "same"),
+    "mismatched_collective": (lambda c, bad: c.all_gather(f32(1), f32(c.size)) if bad else c.all_reduce(f32(1)),
+                              uniccl.InvalidUsage, "same"),
+    "peer_out_of_range": (lambda c, bad: c.send(f32(8), c.size), uniccl.InvalidArgument, "same"),
+    "send_to_self_outside_group": (lambda c, bad: c.send(f32(8), c.rank), uniccl.InvalidArgument, "same"),
+    "recv_truncated": (lambda c, bad: _truncated(c, bad), uniccl.InvalidArgument, None),
+    "split_bad_color": (lambda c, bad: c.split("red"), uniccl.InvalidArgument, "same"),
+}
+
+
+def _overlap(c, bad):
+    a = f32(16)
+    return c.all_reduce(a[:8], a[4:12] if bad else f32(8))
+
+
+def _truncated(c, bad):
+    """The last rank receives 8 floats into a buffer of 4: only it can tell."""
+    if c.size < 2:
+        raise uniccl.InvalidArgument("needs 2 ranks", op="recv")
+    if bad:
+        c.recv(f32(4), 0)
+    elif c.rank == 0:
+        c.send(f32(8), c.size - 1)
+    return None
+
+
+def run(case: str, comm) -> dict:
+    call, bad_type, other_type = CASES[case]
+    bad = comm.rank == comm.size - 1
+    expect = bad_type if bad or other_type == "same" else other_type
+    t0 = time.monotonic()
+    try:
+        call(comm, bad)
+        got, msg = None, ""
+    except uniccl.UnicclError as exc:
+        got, msg = type(exc), str(exc)
+    except Exception as exc:  # an untyped error is a failure
+        got, msg = type(exc), f"UNTYPED {exc!r}"
+    elapsed = time.monotonic() - t0
+    ok = got is expect if expect is not None else got is None
+    if case == "recv_truncated" and comm.rank != 0 and not bad:
+        ok = got is None  # bystanders do nothing
+    # the communicator must still work, and agree, after the error
+    x = np.full(4, comm.rank + 1, np.float64)
+    comm.all_reduce(x)
+    usable = bool(np.all(x == comm.size * (comm.size + 1) / 2))
+    return {"case": case, "rank": comm.rank, "ok": ok and usable, "expected": getattr(expect, "__name__", None),
+            "got": getattr(got, "__name__", None), "seconds": round(elapsed, 3), "message": msg, "usable": usable}
+
+
+def main() -> int:
+    cases = sys.argv[1:] or list(CASES)
+    failed = 0
+    with uniccl.init() as comm:
+        for case in cases:
+            if comm.size < 2 and (case == "recv_truncated" or case.startswith("mismatched")):
+                continue  # needs a second rank to disagree with
+            res = run(case, comm)
+            failed += not res["ok"]
+            print(json.dumps(res), flush=True)
+        # use after destroy: every rank
+        comm.destroy()
+        try:
+            comm.all_reduce(f32(8))
+            res = {"case": "use_after_destroy", "rank": comm.rank, "ok": False, "got": None}
+        except uniccl.InvalidUsage as exc:
+            res = {"case": "use_after_destroy", "rank": comm.rank, "ok": "destroyed" in str(exc),
+                   "got": "InvalidUsage", "seconds": 0, "message": str(exc)}
+        failed += not res["ok"]
+        print(json.dumps(res), flush=True)
+    return 1 if MPI.COMM_WORLD.allreduce(failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
