@@ -1,0 +1,387 @@
+"""``uniccl bench``: the pure parts (no MPI) and one 2-rank run through -np."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+try:
+    from uniccl import _bench
+except ImportError:  # package not built/installed: the pure helpers load from the source tree
+    _spec = importlib.util.spec_from_file_location("uniccl_bench_source", ROOT / "core/uniccl/_bench.py")
+    _bench = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_bench)
+
+
+def _dtypes_here():
+    """All dtypes, less bfloat16 when ml_dtypes is missing."""
+    try:
+        import ml_dtypes  # noqa: F401
+        return _bench.DTYPES
+    except ImportError:
+        return tuple(d for d in _bench.DTYPES if d != "bfloat16")
+
+
+# ------------------------------------------------------------------ sizes
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("8", 8), ("1K", 1024), ("1k", 1024), ("64M", 64 << 20), ("1G", 1 << 30),
+    ("2KB", 2048), ("4KiB", 4096), ("3T", 3 << 40), (" 16 ", 16), (12, 12),
+])
+def test_parse_size(text, value):
+    assert _bench.parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1.5K", "-8", "8X", "K", "1KK", "8 M B"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        _bench.parse_size(text)
+
+
+@pytest.mark.parametrize("n", [0, 8, 1000, 1024, 1536, 64 << 20, 1 << 30, 3 << 40])
+def test_format_size_round_trips(n):
+    assert _bench.parse_size(_bench.format_size(n)) == n
+    assert _bench.format_size(1024) == "1K" and _bench.format_size(64 << 20) == "64M"
+
+
+def test_size_sweep():
+    assert _bench.size_sweep(8, 64, 2) == [8, 16, 32, 64]
+    assert _bench.size_sweep(8, 65, 2) == [8, 16, 32, 64]
+    assert _bench.size_sweep(8, 64 << 10, 8) == [8, 64, 512, 4096, 32768]
+    assert _bench.size_sweep(1024, 1024, 2) == [1024]
+    assert _bench.size_sweep(0, 4, 2) == [0, 1, 2, 4]
+    assert _bench.size_sweep(0, 0, 2) == [0]
+    default = _bench.size_sweep(8, 64 << 20, 2)
+    assert len(default) == 24 and default[-1] == 64 << 20
+    for bad in [(8, 4, 2), (8, 64, 1)]:
+        with pytest.raises(ValueError):
+            _bench.size_sweep(*bad)
+
+
+def test_counts_and_rows():
+    assert _bench.counts("all_reduce", 1024, 4, 3) == (256, 256)
+    assert _bench.counts("all_reduce", 7, 4, 3) == (1, 1)
+    # split buffers: whole blocks only; the count column is one block
+    assert _bench.counts("all_gather", 1024, 4, 3) == (255, 85)
+    assert _bench.counts("reduce_scatter", 8, 4, 3) == (0, 0)
+    rows = _bench.plan_rows("all_gather", [0, 4, 8, 16, 32], 4, 3)
+    assert rows == [(0, 0, 0), (12, 3, 1), (24, 6, 2)]
+    assert _bench.plan_rows("all_reduce", [2, 4, 6], 4, 2) == [(4, 1, 1)]  # 6 B rounds to the 4 B row
+
+
+def test_busbw_factors():
+    f = _bench.busbw_factor
+    assert f("all_reduce", 4) == pytest.approx(1.5)
+    for c in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        assert f(c, 4) == pytest.approx(0.75)
+    assert f("broadcast", 4) == f("reduce", 4) == 1.0
+    assert f("all_reduce", 1) == 0.0
+
+
+# --------------------------------------------------------------- arguments
+def _parse(*argv):
+    p = argparse.ArgumentParser()
+    _bench.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_arguments_defaults_and_lists():
+    a = _parse("all_reduce")
+    assert (a.minbytes, a.maxbytes, a.stepfactor, a.iters, a.warmup, a.check) == (8, 64 << 20, 2, 20, 5, 1)
+    assert a.datatype == ("float32",) and a.op == ("sum",) and a.root == 0 and a.np is None
+    a = _parse("all", "-b", "1K", "-e", "1G", "-d", "all", "-o", "all", "-np", "4", "-n", "3")
+    assert (a.minbytes, a.maxbytes, a.np, a.iters) == (1024, 1 << 30, 4, 3)
+    assert len(a.datatype) == 12 and a.op == ("sum", "prod", "max", "min", "avg")
+    assert _parse("gather", "-d", "half,bf16,float").datatype == ("float16", "bfloat16", "float32")
+    for bad in (["bogus"], ["all_reduce", "-d", "complex64"], ["all_reduce", "-o", "xor"],
+                ["all_reduce", "-b", "1.5K"], ["all_reduce", "-f", "1"], ["all_reduce", "-c", "2"]):
+        with pytest.raises(SystemExit):
+            _parse(*bad)
+
+
+def test_child_argv_round_trips():
+    a = _parse("reduce", "-b", "1K", "-e", "4M", "-f", "4", "-d", "int8,float16", "-o", "all", "-r", "1",
+               "-np", "2", "--json", "out.json")
+    b = _parse(*_bench.child_argv(a))
+    for key in ("collective", "minbytes", "maxbytes", "stepfactor", "iters", "warmup", "check",
+                "datatype", "op", "root"):
+        assert getattr(a, key) == getattr(b, key), key
+    assert b.np is None and b.json == os.path.abspath("out.json")
+
+
+def test_dtype_order_matches_uniccl():
+    types = pytest.importorskip("uniccl._types")
+    assert _bench.DTYPES == tuple(types.dtype_name(d) for d in types.DType)
+    assert _bench.OPS == tuple(o.name.lower() for o in types.ReduceOp)
+
+
+# ------------------------------------------------------------------- table
+def _row(**kw):
+    row = {"collective": "all_reduce", "size": 1024, "count": 256, "dtype": "float32", "op": "sum",
+           "root": None, "nranks": 2, "platform": "cpu"}
+    for mode in ("oop", "ip"):
+        row.update({f"{mode}_time_us": 12.5, f"{mode}_algbw": 0.08192, f"{mode}_busbw": 0.08192,
+                    f"{mode}_wrong": 0})
+    row.update(kw)
+    return row
+
+
+def test_format_row_columns_line_up_with_header():
+    header = _bench.header_lines()
+    assert all(line.startswith("#") for line in header)
+    line = _bench.format_row(_row())
+    assert line.split() == ["1024", "256", "float32", "sum", "-", "12.50", "0.08", "0.08", "0",
+                            "12.50", "0.08", "0.08", "0"]
+    names = header[1]
+    for col in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
+        end = names.index(col) + len(col)  # right-aligned: header and value end together
+        assert line[end - 1] != " " and (end == len(line) or line[end] == " "), col
+    assert len(names) == len(line)
+
+
+def test_format_row_variants():
+    line = _bench.format_row(_row(op=None, root=1, oop_time_us=None, oop_algbw=None, oop_busbw=None,
+                                  oop_wrong=None, ip_time_us=123.456, ip_wrong=None))
+    assert line.split()[3:] == ["-", "1", "-", "-", "-", "-", "123.5", "0.08", "0.08", "N/A"]
+    assert _bench.format_time(12345.6).strip() == "12346"
+    assert _bench.format_time(1.234).strip() == "1.23"
+
+
+def test_footer():
+    rows = [_row(), _row(oop_wrong=3, oop_busbw=1.0, ip_busbw=2.0)]
+    lines = _bench.footer_lines(rows, checked=True)
+    assert lines[0] == "# Out of bounds values : 3 FAILED"
+    assert float(lines[1].split(":")[1].split()[0]) == pytest.approx((0.08192 * 2 + 3.0) / 4)
+    assert _bench.footer_lines([_row()], checked=True)[0] == "# Out of bounds values : 0 OK"
+
+
+# --------------------------------------------------- check data and reference
+def test_tile_into_with_offset():
+    period = np.arange(7.0)
+    dst = np.empty(17)
+    _bench.tile_into(dst, period, start=5)
+    assert dst.tolist() == [(5 + k) % 7 for k in range(17)]
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 8, 200])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "avg"])
+def test_check_data_is_exact_in_every_dtype(op, nranks):
+    """Reducing the typed inputs in the dtype's own arithmetic (rank order and reversed)
+    gives the float64 reference; the integer sentinel is never a result."""
+    combine = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    for name in _dtypes_here():
+        if nranks > 8 and name not in ("int8", "uint8", "float16", "bfloat16"):
+            continue  # the narrow types are the ones that bound the data
+        data = _bench.CheckData(name, op, nranks)
+        typed = [data.typed(r)[:3000] for r in range(nranks)]
+        for order in (range(nranks), range(nranks - 1, -1, -1)):
+            order = list(order)
+            acc = typed[order[0]].copy()
+            for r in order[1:]:
+                acc = combine(acc, typed[r]).astype(data.dtype)
+            if op == "avg":  # nonnegative, so floor division truncates
+                acc = acc.astype(np.int64) // nranks if data.dtype.kind in "iu" else (acc / data.dtype.type(nranks))
+            assert data.count_wrong(np.asarray(acc).astype(data.dtype), data.reduced()) == 0, (name, op)
+        if data.dtype.kind in "iu":
+            assert not np.any(data.reduced() == data.sentinel)
+
+
+@pytest.mark.parametrize("name", ["int8", "uint8", "float16"])
+def test_check_data_bounds_for_many_ranks(name):
+    n = 5000
+    for op in ("sum", "prod"):
+        d = _bench.CheckData(name, op, n)
+        assert d.window < n
+        bound = _bench.exact_sum_limit(d.dtype) if op == "sum" else 2 ** _bench.max_pow2_exponent(d.dtype)
+        top = d.window * d.hi if op == "sum" else 2 ** d.window
+        assert top <= bound
+
+
+def test_count_wrong_finds_errors():
+    data = _bench.CheckData("float32", "sum", 2)
+    n = _bench.PERIOD * 2 + 17
+    got = np.empty(n, np.float32)
+    _bench.tile_into(got, data.reduced().astype(np.float32), start=3)
+    assert data.count_wrong(got, data.reduced(), start=3) == 0
+    assert data.count_wrong(got, data.reduced(), start=4) > n // 2  # shifted by one element
+    got[5] += 1
+    got[-1] = np.nan
+    assert data.count_wrong(got, data.reduced(), start=3) == 2
+    avg = _bench.CheckData("float16", "avg", 3)
+    exact = avg.reduced()[:100]
+    close = exact.astype(np.float16)  # rounded: within tolerance
+    assert avg.count_wrong(close, avg.reduced()) == 0
+    close[7] = np.float16(exact[7] + 0.5)
+    close[8] = np.nan
+    assert avg.count_wrong(close, avg.reduced()) == 2
+
+
+# ------------------------------------------ the benchmark loop on simulated ranks
+class _World:
+    """n in-process ranks: each FakeComm records its call; the last rank's call runs
+    the collective for everyone in numpy, in the buffer's own dtype."""
+
+    def __init__(self, n, corrupt=False):
+        self.n, self.pending, self.corrupt = n, {}, corrupt
+
+    def call(self, rank, name, args):
+        self.pending[rank] = args
+        if len(self.pending) == self.n:
+            calls, self.pending = self.pending, {}
+            getattr(self, name)(calls)
+            if self.corrupt:  # one element of every rank's output
+                for args in calls.values():
+                    out = next(a for a in args[1::-1] if isinstance(a, np.ndarray))
+                    if len(out):
+                        out[len(out) // 2:len(out) // 2 + 1] += 1
+
+    @staticmethod
+    def _op(op, n, bufs):
+        fn = {"SUM": np.add, "AVG": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}[op]
+        acc = bufs[0].copy()
+        for b in bufs[1:]:
+            acc = fn(acc, b).astype(acc.dtype)
+        if op == "AVG":
+            acc = (acc.astype(np.int64) // n).astype(acc.dtype) if acc.dtype.kind in "iu" else (acc / acc.dtype.type(n)).astype(acc.dtype)
+        return acc
+
+    def all_reduce(self, calls):
+        res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
+        for s, d, _ in calls.values():
+            (s if d is None else d)[...] = res
+
+    def reduce(self, calls):
+        root = calls[0][3]
+        res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
+        s, d = calls[root][:2]
+        (s if d is None else d)[...] = res
+
+    def broadcast(self, calls):
+        root = calls[0][1]
+        src = calls[root][0].copy()
+        for buf, _ in calls.values():
+            buf[...] = src
+
+    def all_gather(self, calls, root=None):
+        sends = [calls[r][0].copy() for r in range(self.n)]
+        for r, (s, d, *_) in calls.items():
+            if root is None or r == root:
+                d[...] = np.concatenate(sends)
+
+    def gather(self, calls):
+        self.all_gather(calls, root=calls[0][2])
+
+    def reduce_scatter(self, calls):
+        res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
+        b = len(res) // self.n
+        for r, (s, d, _) in calls.items():
+            d[...] = res[r * b:(r + 1) * b]
+
+    def all_to_all(self, calls):
+        sends = [calls[r][0].copy() for r in range(self.n)]
+        b = len(sends[0]) // self.n
+        for r, (s, d) in calls.items():
+            d[...] = np.concatenate([sends[j][r * b:(r + 1) * b] for j in range(self.n)])
+
+    def scatter(self, calls):
+        root = calls[0][2]
+        src = calls[root][0].copy()
+        b = len(src) // self.n
+        for r, (s, d, _) in calls.items():
+            d[...] = src[r * b:(r + 1) * b]
+
+
+class _FakeComm:
+    platform = "fake"
+
+    def __init__(self, world, rank):
+        self.world, self.rank, self.size = world, rank, world.n
+
+    def __getattr__(self, name):
+        if name in _bench.COLLECTIVES:
+            return lambda *args: self.world.call(self.rank, name, args)
+        raise AttributeError(name)
+
+
+class _Op(str):
+    """Stands in for ReduceOp: the fake world keys on the upper-case name."""
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+@pytest.mark.parametrize("collective", _bench.COLLECTIVES)
+def test_cases_check_clean_on_simulated_ranks(collective, nranks):
+    """make_case/prepare/count_wrong agree with reference semantics of every collective,
+    out of place and in place, at sizes around the data period; a corrupted result is seen."""
+    world = _World(nranks)
+    comms = [_FakeComm(world, r) for r in range(nranks)]
+    ops = ("SUM", "PROD", "AVG", "MIN") if collective in _bench.REDUCING else (None,)
+    root = nranks - 1 if collective in _bench.ROOTED else None
+    dtypes = [d for d in ("int8", "uint16", "float16", "bfloat16", "float32") if d in _dtypes_here()]
+    for dname in dtypes:
+        dt = _bench.numpy_dtype(dname)
+        for op in ops:
+            data = _bench.CheckData(dname, op and op.lower(), nranks)
+            for nbytes in (0, 24, (_bench.PERIOD + 5) * 3 * dt.itemsize):
+                total, count = _bench.counts(collective, nbytes, dt.itemsize, nranks)
+                bufs = [(np.zeros(total, dt), np.zeros(total, dt)) for _ in comms]
+                for mode in _bench.modes(collective):
+                    for corrupt in (False, True):
+                        world.corrupt = corrupt
+                        cases = [_bench.make_case(c, collective, s, d, total, count, _Op(op or ""), root,
+                                                  mode == "ip") for c, (s, d) in zip(comms, bufs)]
+                        for r, case in enumerate(cases):
+                            _bench.prepare(case, data, r)
+                        for case in cases:
+                            case.run()
+                        wrong = sum(_bench.count_wrong(case, data) for case in cases)
+                        if not corrupt:
+                            assert wrong == 0, (dname, op, nbytes, mode)
+                        elif count:
+                            assert wrong > 0, (dname, op, nbytes, mode)
+
+
+# ----------------------------------------------------- a real 2-rank run
+def parse_table(text):
+    """Rows of a bench table: (size, count, type, redop, root, [oop 4], [ip 4])."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = line.split()
+        assert len(f) == 13, line
+        rows.append({"size": int(f[0]), "count": int(f[1]), "dtype": f[2], "op": f[3], "root": f[4],
+                     "oop": f[5:9], "ip": f[9:13]})
+    return rows
+
+
+def test_two_rank_run(tmp_path):
+    pytest.importorskip("uniccl")
+    pytest.importorskip("mpi4py")
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "uniccl", "bench", "all_reduce", "-np", "2", "-b", "8", "-e", "64K",
+           "-f", "8", "-c", "1", "-d", "all", "-o", "all", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = parse_table(res.stdout)
+    # 12 dtypes x 5 ops x sizes 8..64K (x8), less those below one element
+    expected = sum(len(_bench.plan_rows("all_reduce", _bench.size_sweep(8, 64 << 10, 8),
+                                        _bench.numpy_dtype(d).itemsize, 2)) for d in _bench.DTYPES) * 5
+    assert len(rows) == expected
+    for row in rows:
+        for mode in ("oop", "ip"):
+            t, algbw, busbw, wrong = row[mode]
+            assert wrong == "0", row
+            assert float(t) > 0 and float(busbw) == pytest.approx(float(algbw), abs=0.011)
+    assert "# Out of bounds values : 0 OK" in res.stdout
+    assert "nranks 2" in res.stdout
+    data = json.loads(out.read_text())
+    assert len(data) == expected and {r["nranks"] for r in data} == {2}
+    assert all(r["oop_wrong"] == 0 and r["ip_wrong"] == 0 for r in data)
