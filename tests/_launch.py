@@ -12,6 +12,15 @@ from pathlib import Path
 WORKERS = Path(__file__).parent / "workers"
 
 
+def rank_counts(default: list[int]) -> list[int]:
+    """Rank counts to test: ``default``, or those of UNICCL_TEST_RANKS that it contains
+    (the Open MPI run uses UNICCL_TEST_RANKS=2)."""
+    only = os.environ.get("UNICCL_TEST_RANKS")
+    if not only:
+        return default
+    return [n for n in default if str(n) in only.split(",")]
+
+
 @functools.lru_cache(maxsize=None)
 def mpiexec() -> list[str]:
     """The mpiexec next to this interpreter (the venv's MPI wheel) or on PATH, with the

