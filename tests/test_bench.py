@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -14,12 +13,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-try:
-    from uniccl import _bench
-except ImportError:  # package not built/installed: the pure helpers load from the source tree
-    _spec = importlib.util.spec_from_file_location("uniccl_bench_source", ROOT / "core/uniccl/_bench.py")
-    _bench = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_bench)
+from uniccl import _bench
 
 
 def _dtypes_here():
@@ -117,10 +111,68 @@ def test_child_argv_round_trips():
     assert b.np is None and b.json == os.path.abspath("out.json")
 
 
-def test_dtype_order_matches_uniccl():
-    types = pytest.importorskip("uniccl._types")
-    assert _bench.DTYPES == tuple(types.dtype_name(d) for d in types.DType)
-    assert _bench.OPS == tuple(o.name.lower() for o in types.ReduceOp)
+# ---------------------------------------------------------------- -np relaunch
+_LAUNCH_VARS = _bench._LAUNCHER_SIZE_VARS + _bench._LAUNCHER_RANK_VARS + (_bench._CHILD_MARK,)
+
+
+def _fake_mpiexec(tmp_path, version_text, rc=3):
+    """An 'mpiexec' that prints version_text for --version, else records its argv and exits rc."""
+    exe = tmp_path / "mpiexec"
+    exe.write_text(f"""#!{sys.executable}
+import json, sys
+if sys.argv[1:] == ["--version"]:
+    print({version_text!r})
+    sys.exit(0)
+open({str(tmp_path / "argv.json")!r}, "w").write(json.dumps(sys.argv[1:]))
+sys.exit({rc})
+""")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX script as mpiexec")
+@pytest.mark.parametrize("version, openmpi", [("mpirun (Open MPI) 4.1.5", True),
+                                              ("prterun (Open MPI) 5.0.3", True),
+                                              ("HYDRA build details:\n    Version: 4.2.0", False)])
+def test_relaunch_builds_the_mpiexec_line(tmp_path, monkeypatch, version, openmpi):
+    for var in _LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    exe = _fake_mpiexec(tmp_path, version)
+    monkeypatch.setattr(_bench, "find_mpiexec", lambda: exe)
+    assert _bench.is_open_mpi(exe) is openmpi
+    args = _parse("all_gather", "-np", "4", "-b", "1K", "-d", "int8")
+    assert _bench.relaunch(args) == 3  # mpiexec's exit code
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv[:2] == ["-n", "4"]
+    assert ("--oversubscribe" in argv) is openmpi
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    assert ("--allow-run-as-root" in argv) is (openmpi and root)
+    rest = argv[argv.index(sys.executable):]
+    assert rest[1:4] == ["-m", "uniccl", "bench"] and "-np" not in rest
+    assert _parse(*rest[4:]).minbytes == 1024
+
+
+def test_relaunch_when_already_launched(monkeypatch, capsys):
+    for var in _LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert _bench.relaunch(_parse("all_reduce", "-np", "1")) is None  # one rank: run here
+    monkeypatch.setenv("PMI_SIZE", "2")
+    assert _bench.relaunch(_parse("all_reduce", "-np", "2")) is None  # one of the 2 ranks
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert _bench.relaunch(_parse("all_reduce", "-np", "4")) == 2
+    assert "already has 2 ranks" in capsys.readouterr().err
+
+
+def test_progress_only_when_enabled(capsys):
+    off = _bench._Progress(False)
+    off.show("x")
+    off.clear()
+    on = _bench._Progress(True)
+    on.show("all_reduce float32 sum 1K 3/27")
+    on.clear()
+    err = capsys.readouterr().err
+    assert "[all_reduce float32 sum 1K 3/27]" in err and err.count("[all_reduce") == 1
+    assert err.endswith("\r\033[K")
 
 
 # ------------------------------------------------------------------- table
@@ -164,6 +216,13 @@ def test_footer():
 
 
 # --------------------------------------------------- check data and reference
+def _average(total, n):
+    """avg from a sum in the dtype: integers truncate (toward zero: sums are >= 0 here)."""
+    if total.dtype.kind in "iu":
+        return (total.astype(np.int64) // n).astype(total.dtype)
+    return (total / total.dtype.type(n)).astype(total.dtype)
+
+
 def test_tile_into_with_offset():
     period = np.arange(7.0)
     dst = np.empty(17)
@@ -188,7 +247,7 @@ def test_check_data_is_exact_in_every_dtype(op, nranks):
             for r in order[1:]:
                 acc = combine(acc, typed[r]).astype(data.dtype)
             if op == "avg":  # nonnegative, so floor division truncates
-                acc = acc.astype(np.int64) // nranks if data.dtype.kind in "iu" else (acc / data.dtype.type(nranks))
+                acc = _average(acc, nranks)
             assert data.count_wrong(np.asarray(acc).astype(data.dtype), data.reduced()) == 0, (name, op)
         if data.dtype.kind in "iu":
             assert not np.any(data.reduced() == data.sentinel)
@@ -249,9 +308,7 @@ class _World:
         acc = bufs[0].copy()
         for b in bufs[1:]:
             acc = fn(acc, b).astype(acc.dtype)
-        if op == "AVG":
-            acc = (acc.astype(np.int64) // n).astype(acc.dtype) if acc.dtype.kind in "iu" else (acc / acc.dtype.type(n)).astype(acc.dtype)
-        return acc
+        return _average(acc, n) if op == "AVG" else acc
 
     def all_reduce(self, calls):
         res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
