@@ -160,6 +160,17 @@ def uniccl_scale(dst: int, src: int, count: int, dtype: int, divisor: int, strea
     """
 
 
+@hookspec
+def uniccl_host_reduce_kernel():
+    """Address (int) of a C function that reduces *host* memory, or None.
+
+    Signature ``int fn(void *dst, const void *a, const void *b, size_t count,
+    int dtype, int op)`` with the semantics of ``uniccl_reduce``; returns 0 on
+    success.  It must be callable without the GIL from any thread: native
+    transports (the shared-memory engine) call it on chunks as they arrive.
+    """
+
+
 # ---------------------------------------------------------------- buffer claim
 @hookspec
 def uniccl_dlpack_device_types() -> list:
