@@ -24,10 +24,10 @@ class OpContext:
     """What one collective call needs: transport, tag, kernel, scratch space."""
 
     __slots__ = ("t", "rank", "size", "tag", "itemsize", "dtype", "op", "_reduce", "scratch",
-                 "chunk", "copy")
+                 "chunk", "copy", "algorithm")
 
-    def __init__(self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn):
-        self.t, self.rank, self.size, self.tag = t, rank, size, tag
+    def __init__(self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn, algorithm=""):
+        self.t, self.rank, self.size, self.tag, self.algorithm = t, rank, size, tag, algorithm
         self.itemsize, self.dtype, self.op = itemsize, dtype, op
         self._reduce, self.scratch, self.copy = reduce_fn, scratch, copy_fn
         self.chunk = max(1, chunk_bytes() // itemsize)  # in elements

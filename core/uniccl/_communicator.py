@@ -24,13 +24,16 @@ from . import _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
 from ._executor import SerialExecutor, Work
 from ._mpi import MPITransport, mpi
+from ._log import configure as configure_logging
+from ._log import logger
 from ._plugins import manager
+from ._shm_attach import shm_attach as _shm_attach
+from ._tuner import Tuner
 from ._types import DType, MemcpyKind, ReduceOp, dtype_name
 
 #: color for ``split`` meaning "not in any new communicator" (returns None).
 UNDEFINED = -1
 
-SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: recursive doubling (latency); above: ring (bandwidth)
 
 _COLL_IDS = {name: i for i, name in enumerate(
     ("barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -38,6 +41,7 @@ _COLL_IDS = {name: i for i, name in enumerate(
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # Header fields every rank must agree on, per collective (indexes into the header).
 _H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT = range(6)
+HEADER_WORDS = 8  # the record the shm engine exchanges (2 spare words)
 _FIELD_NAMES = {_H_DTYPE: "dtype", _H_COUNT: "count", _H_OP: "op", _H_ROOT: "root"}
 _AGREE = {
     "barrier": (),
@@ -55,11 +59,14 @@ _AGREE = {
 class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
-    __slots__ = ("name", "dtype", "count", "op", "root", "run", "error", "p2p", "post")
+    __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post")
 
-    def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, p2p=False):
+    def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
-        self.run, self.error, self.p2p = run, None, p2p
+        self.run = run        # run(OpContext): point-to-point algorithms (and the size-1 case)
+        self.shm = shm        # shm(engine): the same collective on the shared-memory engine
+        self.nbytes = nbytes  # what the tuner decides on
+        self.error, self.p2p = None, p2p
         self.post = None  # point-to-point only: start the transfer, return its request
 
 
@@ -116,6 +123,7 @@ class Communicator:
         self._backend = mgr.backend(record)
         self.platform_reason = why
         self._t = MPITransport(mpi_comm)
+        configure_logging(self._t.rank)
         node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
@@ -129,8 +137,13 @@ class Communicator:
         self._lock = threading.RLock()
         self._seq = 0
         self._tag_span = min(self._t.tag_ub, 1 << 20) - 1
-        self._hdr = np.zeros(6, np.int64)
-        self._hdrs = np.zeros((self.size, 6), np.int64)
+        self._hdr = np.zeros(HEADER_WORDS, np.int64)
+        self._hdrs = np.zeros((self.size, HEADER_WORDS), np.int64)
+        single_host = self.local_size == self.size
+        self._engine, shm_reason = _shm_attach(self, single_host)
+        self._tuner = Tuner(self.size, single_host, self._engine is not None, shm_reason)
+        logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
+                    self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
 
     # ------------------------------------------------------------------ basics
@@ -156,6 +169,8 @@ class Communicator:
         with self._lock:
             self._destroyed = True
             self._scratch.free()
+            if self._engine is not None:
+                self._engine.close()
             self._t.free()
 
     def _alive(self, op: str) -> None:
@@ -264,18 +279,27 @@ class Communicator:
                 raise plan.error
             if plan.run is None:
                 return None
-            return plan.run(self._context(plan, seq))
+            algorithm = ""
+            if self.size > 1:
+                choice = self._tuner.choose(plan.name, plan.nbytes)
+                if choice.transport == "shm":
+                    return plan.shm(self._engine)
+                algorithm = choice.algorithm
+            return plan.run(self._context(plan, seq, algorithm))
 
-    def _context(self, plan: Plan, seq: int) -> alg.OpContext:
+    def _context(self, plan: Plan, seq: int, algorithm: str) -> alg.OpContext:
         dt = DType(plan.dtype)
         op = ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op
         return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
-                             int(op), self._backend.reduce, self._scratch, self._copy)
+                             int(op), self._backend.reduce, self._scratch, self._copy, algorithm)
 
     def _agree(self, plan: Plan, seq: int) -> None:
         hdr, hdrs = self._hdr, self._hdrs
-        hdr[:] = (plan.error is not None, _COLL_IDS[plan.name], plan.dtype, plan.count, plan.op, plan.root)
-        self._t.ctrl.Allgather(hdr, hdrs)
+        hdr[:6] = (plan.error is not None, _COLL_IDS[plan.name], plan.dtype, plan.count, plan.op, plan.root)
+        if self._engine is not None:
+            self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
+        else:
+            self._t.ctrl.Allgather(hdr, hdrs)
         if hdrs[:, _H_ERR].any():
             errors = self._t.ctrl.allgather(plan.error)
             if plan.error is not None:
@@ -320,13 +344,18 @@ class Communicator:
         def run(c):
             self._copy(recv.ptr, send.ptr, send.nbytes)
             if c.size > 1 and count:
-                if count * c.itemsize <= SMALL_ALL_REDUCE_BYTES or count < c.size:
+                if c.algorithm == "recursive_doubling" or count < c.size:
                     alg.all_reduce_recursive_doubling(c, recv.ptr, count)
                 else:
                     alg.all_reduce_ring(c, recv.ptr, count)
-            self._finish_avg(recv.ptr, count, c.dtype, rop)
+            self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
-        return Plan(name, send.dtype, count, rop, -1, run)
+
+        def shm(e):
+            e.all_reduce(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop))
+            self._finish_avg(recv.ptr, count, send.dtype, rop)
+            return result
+        return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
 
     def _plan_reduce(self, sendbuf, recvbuf, op, root):
         name = "reduce"
@@ -355,9 +384,15 @@ class Communicator:
             if c.size > 1 and count:
                 alg.reduce_tree(c, send.ptr, acc, count, root)
             if is_root:
-                self._finish_avg(acc, count, c.dtype, rop)
+                self._finish_avg(acc, count, send.dtype, rop)
             return result
-        return Plan(name, send.dtype, count, rop, root, run)
+
+        def shm(e):
+            e.reduce(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop), root)
+            if is_root:
+                self._finish_avg(recv.ptr, count, send.dtype, rop)
+            return result
+        return Plan(name, send.dtype, count, rop, root, run, shm, send.nbytes)
 
     def _plan_broadcast(self, buf, root):
         name = "broadcast"
@@ -368,7 +403,11 @@ class Communicator:
             if c.size > 1 and b.nbytes:
                 alg.broadcast_tree(c, b.ptr, b.nbytes, root)
             return buf
-        return Plan(name, b.dtype, b.count, -1, root, run)
+
+        def shm(e):
+            e.broadcast(b.ptr, b.nbytes, root)
+            return buf
+        return Plan(name, b.dtype, b.count, -1, root, run, shm, b.nbytes)
 
     def _plan_all_gather(self, sendbuf, recvbuf):
         name = "all_gather"
@@ -383,7 +422,11 @@ class Communicator:
             if c.size > 1 and send.nbytes:
                 alg.all_gather_ring(c, recv.ptr, send.nbytes)
             return recvbuf
-        return Plan(name, send.dtype, send.count, -1, -1, run)
+
+        def shm(e):
+            e.all_gather(send.ptr, recv.ptr, send.nbytes)
+            return recvbuf
+        return Plan(name, send.dtype, send.count, -1, -1, run, shm, self.size * send.nbytes)
 
     def _plan_reduce_scatter(self, sendbuf, recvbuf, op):
         name = "reduce_scatter"
@@ -401,9 +444,14 @@ class Communicator:
                 self._copy(recv.ptr, send.ptr, nbytes)
             elif count:
                 alg.reduce_scatter_ring(c, send.ptr, recv.ptr, count)
-            self._finish_avg(recv.ptr, count, c.dtype, rop)
+            self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
-        return Plan(name, send.dtype, count, rop, -1, run)
+
+        def shm(e):
+            e.reduce_scatter(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop))
+            self._finish_avg(recv.ptr, count, send.dtype, rop)
+            return recvbuf
+        return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
 
     def _plan_all_to_all(self, sendbuf, recvbuf):
         name = "all_to_all"
@@ -425,7 +473,15 @@ class Communicator:
             if c.size > 1 and bbytes:
                 alg.all_to_all_pairwise(c, src, recv.ptr, bbytes)
             return recvbuf
-        return Plan(name, send.dtype, block, -1, -1, run)
+
+        def shm(e):
+            src = send.ptr
+            if recv.ptr == send.ptr:  # in place: send from a copy
+                src = self._scratch(0, send.nbytes)
+                self._copy(src, send.ptr, send.nbytes)
+            e.all_to_all(src, recv.ptr, bbytes)
+            return recvbuf
+        return Plan(name, send.dtype, block, -1, -1, run, shm, send.nbytes)
 
     def _plan_gather(self, sendbuf, recvbuf, root):
         name = "gather"
@@ -445,7 +501,11 @@ class Communicator:
             if c.size > 1 and send.nbytes:
                 alg.gather_linear(c, send.ptr, rptr, send.nbytes, root)
             return recvbuf if recv is not None else None
-        return Plan(name, send.dtype, send.count, -1, root, run)
+
+        def shm(e):
+            e.gather(send.ptr, recv.ptr if recv is not None else 0, send.nbytes, root)
+            return recvbuf if recv is not None else None
+        return Plan(name, send.dtype, send.count, -1, root, run, shm, self.size * send.nbytes)
 
     def _plan_scatter(self, sendbuf, recvbuf, root):
         name = "scatter"
@@ -468,7 +528,11 @@ class Communicator:
             if c.size > 1 and bbytes:
                 alg.scatter_linear(c, sptr, recv.ptr, bbytes, root)
             return recvbuf
-        return Plan(name, recv.dtype, count, -1, root, run)
+
+        def shm(e):
+            e.scatter(send.ptr if send is not None else 0, recv.ptr, bbytes, root)
+            return recvbuf
+        return Plan(name, recv.dtype, count, -1, root, run, shm, self.size * bbytes)
 
     def _check_peer(self, peer, name):
         peer = chk.rank_in_range(self, peer, name, "peer")
@@ -497,6 +561,10 @@ class Communicator:
 
     def _plan_recv(self, buf, peer):
         return self._plan_p2p("recv", buf, peer)
+
+
+def _kernel_op(op: ReduceOp) -> int:
+    return int(ReduceOp.SUM if op == ReduceOp.AVG else op)
 
 
 def _describe(field: int, value) -> str:

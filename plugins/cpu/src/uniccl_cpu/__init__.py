@@ -158,6 +158,11 @@ def uniccl_reduce(dst: int, a: int, b: int, count: int, dtype: int, op: int, str
 
 
 @hookimpl
+def uniccl_host_reduce_kernel() -> int:
+    return _kernels.reduce_kernel_address()
+
+
+@hookimpl
 def uniccl_scale(dst: int, src: int, count: int, dtype: int, divisor: int, stream) -> None:
     if stream is None:
         _kernels.scale(dst, src, count, dtype, divisor)

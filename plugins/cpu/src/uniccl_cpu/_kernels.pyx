@@ -87,3 +87,9 @@ def select(str name):
 
 def compiler():
     return uc_kernels_compiler().decode()
+
+
+def reduce_kernel_address():
+    """Address of the dispatched C reduction (``int fn(dst, a, b, count, dtype, op)``),
+    GIL-free, for native transports that reduce chunks as they arrive."""
+    return <uintptr_t>&uc_reduce

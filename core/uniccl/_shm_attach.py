@@ -1,0 +1,62 @@
+"""Set up the shared-memory engine for a communicator whose ranks share one host.
+
+Rank 0 creates the segment (mode 0600) and sends its name; every rank attaches;
+once all have, rank 0 unlinks it, so no exit path — not even kill -9 — can leave
+it behind in /dev/shm.  Every rank learns whether all attached, so they all take
+the same transport.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+
+from ._log import logger
+
+DEFAULT_SLOT_BYTES = 1 << 20
+
+
+def shm_attach(comm, single_host: bool):
+    """Return (engine or None, reason when None)."""
+    if comm.size < 2:
+        return None, "a single rank needs no transport"
+    if not single_host:
+        return None, "ranks span hosts"
+    if os.environ.get("UNICCL_TRANSPORT", "").strip().lower() == "mpi":
+        return None, "UNICCL_TRANSPORT=mpi"
+    ctrl = comm._t.ctrl
+    engine, reason = None, ""
+    kernel_hook = comm._backend.host_reduce_kernel
+    kernel = kernel_hook() if kernel_hook is not None else None
+    if not kernel:
+        reason = f"platform {comm.platform} has no host reduction kernel"
+    else:
+        try:
+            from ._shm import ShmEngine
+        except ImportError as exc:
+            reason = f"engine not built: {exc}"
+    if reason:  # the same on every rank: no need to agree
+        return None, reason
+    slot = int(os.environ.get("UNICCL_SHM_SLOT_BYTES", DEFAULT_SLOT_BYTES))
+    timeout = float(os.environ.get("UNICCL_TIMEOUT", 0))
+    name = f"/uniccl-{os.getpid()}-{secrets.token_hex(6)}" if comm.rank == 0 else None
+    if comm.rank == 0:
+        try:
+            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout)
+        except Exception as exc:
+            reason, name = f"cannot create the segment: {exc}", None
+    name = ctrl.bcast(name, root=0)
+    if comm.rank != 0 and name is not None:
+        try:
+            engine = ShmEngine(name, comm.rank, comm.size, False, slot, kernel, timeout)
+        except Exception as exc:
+            reason = f"rank {comm.rank} cannot attach {name}: {exc}"
+    reasons = ctrl.allgather(reason)
+    if comm.rank == 0 and engine is not None:
+        engine.unlink()  # everyone attached (or gave up): the name is no longer needed
+    failed = [r for r in reasons if r]
+    if failed:
+        if engine is not None:
+            engine.close()
+        logger.warning("shared-memory engine not used: %s", failed[0])
+        return None, failed[0]
+    return engine, ""
