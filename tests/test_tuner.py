@@ -1,0 +1,51 @@
+"""Transport and algorithm choice: defaults, the cost model, and the environment overrides."""
+import pytest
+
+import uniccl
+from uniccl._tuner import Tuner, cost_all_reduce, parse_rules
+
+
+def test_parse_rules():
+    assert parse_rules("all_reduce:ring; broadcast:tree") == {"all_reduce": "ring", "broadcast": "tree"}
+    assert parse_rules("") == {}
+    with pytest.raises(uniccl.InvalidArgument, match="UNICCL_ALGO"):
+        parse_rules("all_reduce")
+
+
+def test_single_host_uses_shm_and_says_why(monkeypatch):
+    monkeypatch.delenv("UNICCL_TRANSPORT", raising=False)
+    t = Tuner(4, single_host=True, shm_ready=True)
+    c = t.choose("all_reduce", 1 << 20)
+    assert (c.transport, c.algorithm) == ("shm", "shm")
+    assert t.transport_why == "all ranks on one host"
+
+
+def test_cost_model_picks_latency_then_bandwidth(monkeypatch):
+    monkeypatch.delenv("UNICCL_ALGO", raising=False)
+    t = Tuner(8, single_host=False, shm_ready=False, shm_reason="ranks span hosts")
+    small, large = t.choose("all_reduce", 8), t.choose("all_reduce", 64 << 20)
+    assert small.algorithm == "recursive_doubling" and large.algorithm == "ring"
+    assert "cost model" in small.why
+    assert cost_all_reduce("ring", 64 << 20, 8) < cost_all_reduce("recursive_doubling", 64 << 20, 8)
+
+
+def test_env_overrides(monkeypatch):
+    monkeypatch.setenv("UNICCL_TRANSPORT", "mpi")
+    monkeypatch.setenv("UNICCL_ALGO", "all_reduce:ring")
+    t = Tuner(4, single_host=True, shm_ready=True)
+    c = t.choose("all_reduce", 8)
+    assert (c.transport, c.algorithm) == ("mpi", "ring") and "UNICCL_ALGO" in c.why
+    assert t.choose("broadcast", 8) == ("mpi", "tree", t.choose("broadcast", 8).why)
+
+
+def test_bad_overrides_are_typed_errors(monkeypatch):
+    monkeypatch.setenv("UNICCL_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(uniccl.InvalidArgument, match="UNICCL_TRANSPORT"):
+        Tuner(2, True, True)
+    monkeypatch.setenv("UNICCL_TRANSPORT", "shm")
+    with pytest.raises(uniccl.InvalidArgument, match="not usable: ranks span hosts"):
+        Tuner(2, False, False, "ranks span hosts")
+    monkeypatch.delenv("UNICCL_TRANSPORT")
+    monkeypatch.setenv("UNICCL_ALGO", "all_reduce:bogus")
+    with pytest.raises(uniccl.InvalidArgument, match="unknown algorithm 'bogus'"):
+        Tuner(2, True, True)
