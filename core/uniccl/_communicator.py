@@ -139,6 +139,7 @@ class Communicator:
         self._tag_span = min(self._t.tag_ub, 1 << 20) - 1
         self._hdr = np.zeros(HEADER_WORDS, np.int64)
         self._hdrs = np.zeros((self.size, HEADER_WORDS), np.int64)
+        self._hdr_view = memoryview(self._hdr)  # element writes without numpy's per-call overhead
         single_host = self.local_size == self.size
         self._engine, shm_reason = _shm_attach(self, single_host)
         self._tuner = Tuner(self.size, single_host, self._engine is not None, shm_reason)
@@ -294,12 +295,15 @@ class Communicator:
                              int(op), self._backend.reduce, self._scratch, self._copy, algorithm)
 
     def _agree(self, plan: Plan, seq: int) -> None:
-        hdr, hdrs = self._hdr, self._hdrs
-        hdr[:6] = (plan.error is not None, _COLL_IDS[plan.name], plan.dtype, plan.count, plan.op, plan.root)
+        hdr, hdrs, h = self._hdr, self._hdrs, self._hdr_view
+        h[_H_ERR], h[_H_COLL], h[_H_DTYPE] = plan.error is not None, _COLL_IDS[plan.name], plan.dtype
+        h[_H_COUNT], h[_H_OP], h[_H_ROOT] = plan.count, plan.op, plan.root
         if self._engine is not None:
             self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
         else:
             self._t.ctrl.Allgather(hdr, hdrs)
+        if plan.error is None and hdrs.tobytes() == hdr.tobytes() * self.size:
+            return  # the common case: everyone made the same valid call
         if hdrs[:, _H_ERR].any():
             errors = self._t.ctrl.allgather(plan.error)
             if plan.error is not None:
