@@ -2,8 +2,9 @@
 """Streams and events (stream.c): one native worker thread per stream runs its
 work in issue order without the GIL.
 
-Stream methods enqueue unchecked work: a failure on the worker (such as a dtype
-the kernels reject) is raised by the next synchronize() or destroy().
+Stream methods check sizes but enqueue the dtype, op and divisor unchecked (the
+hooks check them first): a failure on the worker is raised by the next
+synchronize() or destroy().
 """
 from libc.stdint cimport int64_t, uintptr_t
 
