@@ -10,6 +10,8 @@ from ._errors import InvalidArgument
 from ._types import DLDeviceType, ReduceOp, dtype_name, op_from_any
 
 _OP_CHOICES = ", ".join(o.name.lower() for o in ReduceOp)
+_CPU = int(DLDeviceType.CPU)
+_OPS = {**{o: o for o in ReduceOp}, **{o.name.lower(): o for o in ReduceOp}}  # the usual spellings
 
 
 def buffer(comm, obj, op: str, argument: str, writable: bool):
@@ -17,7 +19,7 @@ def buffer(comm, obj, op: str, argument: str, writable: bool):
         raise InvalidArgument("a buffer is required here, got None", op=op, rank=comm.rank,
                               argument=argument)
     buf = as_buffer(obj, op, argument, comm.rank, writable)
-    if buf.device_type != DLDeviceType.CPU:
+    if buf.device_type != _CPU:
         claim = comm._backend.claim_pointer
         if claim is None or claim(buf.ptr, buf.device_type, buf.device_id) is None:
             raise InvalidArgument(f"buffer lives on DLPack device type {buf.device_type}, which the "
@@ -27,7 +29,9 @@ def buffer(comm, obj, op: str, argument: str, writable: bool):
 
 
 def reduce_op(comm, op, opname: str) -> ReduceOp:
-    found = op_from_any(op)
+    found = _OPS.get(op) if isinstance(op, (str, ReduceOp)) else None
+    if found is None:
+        found = op_from_any(op)
     if found is None:
         raise InvalidArgument(f"unknown reduction op {op!r}; expected one of {_OP_CHOICES}",
                               op=opname, rank=comm.rank, argument="op")

@@ -329,13 +329,14 @@ class Communicator:
             self._backend.memcpy(dst, src, nbytes, MemcpyKind.HOST_TO_HOST, None)
 
     def _finish_avg(self, ptr: int, count: int, dtype: int, op) -> None:
-        if op == ReduceOp.AVG and count:
+        if op is ReduceOp.AVG and count:
             self._backend.scale(ptr, ptr, count, dtype, self.size, None)
 
     # ------------------------------------------------------------------- plans
     def _plan_all_reduce(self, sendbuf, recvbuf, op):
         name = "all_reduce"
         rop = chk.reduce_op(self, op, name)
+        kop = _KERNEL_OP[rop]
         send = chk.buffer(self, sendbuf, name, "sendbuf", writable=recvbuf is None or recvbuf is sendbuf)
         recv = send
         if recvbuf is not None and recvbuf is not sendbuf:
@@ -356,7 +357,7 @@ class Communicator:
             return result
 
         def shm(e):
-            e.all_reduce(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop))
+            e.all_reduce(send.ptr, recv.ptr, count, send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
         return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
@@ -364,6 +365,7 @@ class Communicator:
     def _plan_reduce(self, sendbuf, recvbuf, op, root):
         name = "reduce"
         rop = chk.reduce_op(self, op, name)
+        kop = _KERNEL_OP[rop]
         root = chk.rank_in_range(self, root, name, "root")
         is_root = self.rank == root
         inplace = is_root and (recvbuf is None or recvbuf is sendbuf)
@@ -392,7 +394,7 @@ class Communicator:
             return result
 
         def shm(e):
-            e.reduce(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop), root)
+            e.reduce(send.ptr, recv.ptr, count, send.dtype, kop, root)
             if is_root:
                 self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
@@ -435,6 +437,7 @@ class Communicator:
     def _plan_reduce_scatter(self, sendbuf, recvbuf, op):
         name = "reduce_scatter"
         rop = chk.reduce_op(self, op, name)
+        kop = _KERNEL_OP[rop]
         send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
         recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
         chk.same_dtype(self, send, recv, name, "recvbuf")
@@ -452,7 +455,7 @@ class Communicator:
             return recvbuf
 
         def shm(e):
-            e.reduce_scatter(send.ptr, recv.ptr, count, send.dtype, _kernel_op(rop))
+            e.reduce_scatter(send.ptr, recv.ptr, count, send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
         return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
@@ -567,8 +570,8 @@ class Communicator:
         return self._plan_p2p("recv", buf, peer)
 
 
-def _kernel_op(op: ReduceOp) -> int:
-    return int(ReduceOp.SUM if op == ReduceOp.AVG else op)
+# The op the kernels see: AVG is SUM followed by a scale.
+_KERNEL_OP = {op: int(ReduceOp.SUM if op == ReduceOp.AVG else op) for op in ReduceOp}
 
 
 def _describe(field: int, value) -> str:

@@ -68,8 +68,10 @@ class SerialExecutor:
         return work
 
     def idle(self) -> bool:
-        with self._cond:
-            return not self._queue and not self._busy
+        # Lock-free on purpose (it is on every blocking call's path): both reads are
+        # atomic under the GIL, and a submit racing from another thread is unordered
+        # with respect to this call anyway.
+        return not self._queue and not self._busy
 
     def drain(self) -> None:
         """Wait until everything submitted so far has finished."""

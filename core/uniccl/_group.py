@@ -15,6 +15,7 @@ from ._errors import InvalidUsage
 from ._executor import Work
 
 _state = threading.local()
+_open = 0  # groups open in any thread: lets current() skip the thread-local lookup
 
 
 class _Group:
@@ -59,6 +60,8 @@ class _Group:
 
 
 def current() -> _Group | None:
+    if not _open:
+        return None
     stack = getattr(_state, "stack", None)
     return stack[0] if stack else None
 
@@ -66,8 +69,10 @@ def current() -> _Group | None:
 @contextlib.contextmanager
 def group():
     """Batch operations like ncclGroupStart/ncclGroupEnd (nestable)."""
+    global _open
     stack = _state.__dict__.setdefault("stack", [])
     stack.append(_Group() if not stack else stack[0])
+    _open += 1
     try:
         yield
     except BaseException:
@@ -78,4 +83,5 @@ def group():
         if len(stack) == 1:
             stack[0].run()
     finally:
+        _open -= 1
         stack.pop()
