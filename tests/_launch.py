@@ -35,6 +35,16 @@ def mpiexec() -> list[str]:
     return [exe]
 
 
+#: Both transports every multi-rank suite runs on (the engine is forced, so a build
+#: without it fails instead of silently testing MPI twice).
+TRANSPORTS = {"shm": {"UNICCL_TRANSPORT": "shm"}, "mpi": {"UNICCL_TRANSPORT": "mpi"}}
+
+
+def rank_transports(default: list[int]) -> list[tuple[int, str]]:
+    """(nranks, transport) pairs to test; one rank moves no data, so it runs once."""
+    return [(n, t) for n in rank_counts(default) for t in TRANSPORTS if n > 1 or t == "shm"]
+
+
 def run_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``workers/<script>`` on ``n`` ranks; return the CompletedProcess (stdout+stderr
     in .stdout).  On timeout the whole process group is killed and AssertionError raised."""

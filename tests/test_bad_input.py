@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from _launch import rank_counts, run_ranks
+from _launch import TRANSPORTS, rank_transports, run_ranks
 from workers.bad_input import CASES, NEEDS_TWO
 
 
-@pytest.mark.parametrize("nranks", rank_counts([1, 2, 3, 4]))
-def test_bad_input_matrix(nranks):
-    res = run_ranks(nranks, "bad_input.py", timeout=120)
+@pytest.mark.parametrize("nranks,transport", rank_transports([1, 2, 3, 4]))
+def test_bad_input_matrix(nranks, transport):
+    res = run_ranks(nranks, "bad_input.py", timeout=120, env=TRANSPORTS[transport])
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     expected_cases = set(CASES) | {"use_after_destroy"}
     if nranks == 1:

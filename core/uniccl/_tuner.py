@@ -72,10 +72,14 @@ class Tuner:
         if forced not in ("", "mpi", "shm"):
             raise InvalidArgument(f"UNICCL_TRANSPORT must be 'mpi' or 'shm', got {forced!r}", op="init",
                                   argument="UNICCL_TRANSPORT")
+        if size < 2:
+            forced = ""  # nothing to transport: any forced choice is moot
         if forced == "shm" and not shm_ready:
             raise InvalidArgument(f"UNICCL_TRANSPORT=shm but the shared-memory engine is not usable: "
                                   f"{shm_reason}", op="init", argument="UNICCL_TRANSPORT")
-        if forced:
+        if size < 2:
+            self.transport, self.transport_why = "local", "a single rank"
+        elif forced:
             self.transport, self.transport_why = forced, f"UNICCL_TRANSPORT={forced}"
         elif shm_ready:
             self.transport, self.transport_why = "shm", "all ranks on one host"

@@ -1,0 +1,131 @@
+/* uniccl intra-node shared-memory collective engine.
+ *
+ * One POSIX shared-memory segment per communicator holds a header, one control
+ * block per rank (sequence counters on separate cache lines, an argument record,
+ * the buffer address published for single-copy reads, an abort record) and two
+ * data slots per rank.  Each collective is one call that runs to completion
+ * without Python: the caller releases the GIL around it.
+ *
+ * Every rank must make the same sequence of calls with the same arguments (the
+ * caller agrees on them first); the engine numbers the chunks it moves the same
+ * way on every rank and synchronizes through monotonic per-rank counters.
+ *
+ * Pointers are host addresses; dtype and op are uniccl's codes (uniccl._types):
+ * op is SUM, PROD, MAX or MIN only (AVG is SUM then a scale, done by the caller).
+ * Functions return UC_SHM_OK (0) or an error code; the details (message, rank,
+ * pid, missing ranks) are in uc_shm_last_error().  After an error other than
+ * UC_SHM_EBUSY the engine is unusable and every peer waiting on it fails promptly.
+ */
+#ifndef UNICCL_SHM_ENGINE_H
+#define UNICCL_SHM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* int fn(void *dst, const void *a, const void *b, size_t count, int dtype, int op):
+ * dst[i] = op(a[i], b[i]); dst may equal a or b; 0 on success (hookspecs'
+ * uniccl_host_reduce_kernel). */
+typedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
+                                int op);
+
+typedef struct uc_shm uc_shm;
+
+enum {
+    UC_SHM_OK = 0,
+    UC_SHM_EINVAL,   /* bad argument (message names it) */
+    UC_SHM_EDEAD,    /* a peer process died: remote_rank, remote_pid */
+    UC_SHM_EREMOTE,  /* a peer failed or closed its engine: remote_rank (the culprit) */
+    UC_SHM_ETIMEOUT, /* missing[0..nmissing) never arrived within the timeout */
+    UC_SHM_ESYS,     /* a system call failed: sys_errno */
+    UC_SHM_EKERNEL,  /* the reduce kernel returned an error status */
+    UC_SHM_EBROKEN,  /* an earlier error made the engine unusable */
+    UC_SHM_EBUSY,    /* another thread is inside a call on this engine (engine still usable) */
+    UC_SHM_EINTR,    /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
+};
+
+/* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
+typedef int (*uc_shm_interrupt_fn)(void *ctx);
+
+typedef struct {
+    int code;
+    int remote_rank; /* EDEAD / EREMOTE: the rank at fault, else -1 */
+    long remote_pid; /* EDEAD: its pid */
+    int sys_errno;   /* ESYS */
+    int nmissing;    /* ETIMEOUT: ranks that had not arrived */
+    const int *missing;
+    const char *op;  /* the call that failed ("all_reduce", "open", ...) */
+    char message[512];
+} uc_shm_error;
+
+/* Tuning; zero fields take the defaults.  The creator's values are stored in the
+ * segment and used by every rank (they select algorithms, so ranks must agree);
+ * spin_ns/yield_ns are local. */
+typedef struct {
+    size_t small_bytes;   /* all_reduce/reduce up to this size: one round, every rank folds all */
+    size_t cma_min_bytes; /* single-copy reads for per-peer transfers of at least this many bytes */
+    size_t nt_min_bytes;  /* outputs at least this large are written with non-temporal stores */
+    uint64_t spin_ns;     /* busy-wait this long before yielding */
+    uint64_t yield_ns;    /* then sched_yield until this long, then sleep on a futex */
+} uc_shm_tuning;
+
+/* Create (create != 0: O_CREAT|O_EXCL, mode 0600) or attach to segment `name`
+ * ("/something"), as `rank` of `size`.  slot_bytes: a multiple of 4096 (attach: 0
+ * or the creator's value).  reduce may be NULL if no reduction is ever called.
+ * timeout in seconds per call (0: wait forever; dead peers are still detected).
+ * cma_allowed = 0 forces the slot-copy fallback for this rank (and thereby for all).
+ * Returns NULL with *err filled on failure. */
+uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
+                    uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
+                    const uc_shm_tuning *tuning, uc_shm_error *err);
+
+void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx);
+
+/* Remove the segment's name (creator; idempotent).  Also done automatically by the
+ * creator once it has seen every rank attached (first call). */
+int uc_shm_unlink(uc_shm *e);
+
+/* Unmap and free (the creator also unlinks if it has not yet).  A peer still
+ * waiting on this rank fails with UC_SHM_EREMOTE.  In a forked child it only
+ * unmaps (the parent still owns the rank).  UC_SHM_EBUSY (and nothing done)
+ * while a call is running on another thread. */
+int uc_shm_close(uc_shm *e);
+
+const uc_shm_error *uc_shm_last_error(const uc_shm *e);
+
+/* Single-copy (process_vm_readv) state: -1 not decided yet (first call decides,
+ * collectively), 0 off, 1 on; reason says why it is off. */
+int uc_shm_cma(const uc_shm *e);
+const char *uc_shm_cma_reason(const uc_shm *e);
+void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes);
+
+/* Mark the engine failed with `message` (a bad argument found by the caller), so
+ * that peers waiting on this rank fail too.  Returns UC_SHM_EINVAL. */
+int uc_shm_fail(uc_shm *e, const char *op, const char *message);
+
+/* Allgather of one 8 x int64 record per rank: out[size][8].  A barrier. */
+int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);
+int uc_shm_barrier(uc_shm *e);
+
+int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
+/* count: elements per rank block; recv may be block `rank` of send. */
+int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
+/* recv only used at root (may equal send there). */
+int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root);
+int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root);
+/* send may be block `rank` of recv. */
+int uc_shm_all_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes);
+/* send and recv must not overlap. */
+int uc_shm_all_to_all(uc_shm *e, const void *send, void *recv, size_t block_bytes);
+/* recv used at root only; send may be block `root` of recv there. */
+int uc_shm_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root);
+/* send used at root only; recv may be block `root` of send there. */
+int uc_shm_scatter(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,446 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Intra-node shared-memory collectives: a thin wrapper over the C engine
+(core/csrc/shm_engine.c).
+
+One ``ShmEngine`` per rank and communicator.  Each collective is one C call that
+runs with the GIL released from start to finish; pointers are ints (addresses),
+``dtype``/``op`` uniccl's codes (``op``: SUM, PROD, MAX or MIN; AVG is the
+caller's SUM + scale).  Every rank must call the same collectives in the same order
+with the same sizes, dtype, op and root (the caller agrees on them first, e.g.
+with :meth:`ShmEngine.agree`).
+
+Set-up: one rank creates the segment (``create=True``), the others attach with the
+same name once it exists; the creator calls :meth:`unlink` once every rank has
+attached (and does so by itself at the first collective, when it sees them all),
+so no segment can outlive the job.
+
+Environment: ``UNICCL_SHM_CMA=0`` forces slot copies instead of single-copy reads
+(process_vm_readv); ``UNICCL_SHM_SMALL_BYTES``, ``UNICCL_SHM_CMA_MIN_BYTES``,
+``UNICCL_SHM_NT_MIN_BYTES`` (the creator's values hold for every rank),
+``UNICCL_SHM_SPIN_NS`` and ``UNICCL_SHM_YIELD_NS`` tune it.
+"""
+cimport numpy as cnp
+from cpython.exc cimport PyErr_Occurred
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
+
+import atexit
+import os
+import weakref
+
+from uniccl._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+
+cnp.import_array()
+
+cdef extern from "Python.h":
+    # declared here without Cython's "except -1" so that a raised KeyboardInterrupt stays
+    # pending (for the collective's caller) instead of being reported as unraisable
+    int _check_signals "PyErr_CheckSignals" ()
+
+cdef extern from "shm_engine.h" nogil:
+    ctypedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
+                                     int op)
+    ctypedef struct uc_shm:
+        pass
+    enum:
+        UC_SHM_OK
+        UC_SHM_EINVAL
+        UC_SHM_EDEAD
+        UC_SHM_EREMOTE
+        UC_SHM_ETIMEOUT
+        UC_SHM_ESYS
+        UC_SHM_EKERNEL
+        UC_SHM_EBROKEN
+        UC_SHM_EBUSY
+        UC_SHM_EINTR
+    ctypedef int (*uc_shm_interrupt_fn)(void *ctx) noexcept
+    ctypedef struct uc_shm_error:
+        int code
+        int remote_rank
+        long remote_pid
+        int sys_errno
+        int nmissing
+        const int *missing
+        const char *op
+        char message[512]
+    ctypedef struct uc_shm_tuning:
+        size_t small_bytes
+        size_t cma_min_bytes
+        size_t nt_min_bytes
+        uint64_t spin_ns
+        uint64_t yield_ns
+
+    uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
+                        uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
+                        const uc_shm_tuning *tuning, uc_shm_error *err)
+    void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx)
+    int uc_shm_unlink(uc_shm *e)
+    int uc_shm_close(uc_shm *e)
+    const uc_shm_error *uc_shm_last_error(const uc_shm *e)
+    int uc_shm_cma(const uc_shm *e)
+    const char *uc_shm_cma_reason(const uc_shm *e)
+    void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
+    int uc_shm_fail(uc_shm *e, const char *op, const char *message)
+    int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
+    int uc_shm_barrier(uc_shm *e)
+    int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
+    int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
+    int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root)
+    int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root)
+    int uc_shm_all_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes)
+    int uc_shm_all_to_all(uc_shm *e, const void *send, void *recv, size_t block_bytes)
+    int uc_shm_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
+    int uc_shm_scatter(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
+
+#: Slot size the core should use unless tuned otherwise (two per rank): the pipelined
+#: all_reduce measured best at 512 KiB on a 2-core EPYC (2 and 4 ranks; 64 KiB-1 MiB tried).
+DEFAULT_SLOT_BYTES = 512 * 1024
+
+_TUNING_ENV = {
+    "small_bytes": "UNICCL_SHM_SMALL_BYTES",
+    "cma_min_bytes": "UNICCL_SHM_CMA_MIN_BYTES",
+    "nt_min_bytes": "UNICCL_SHM_NT_MIN_BYTES",
+    "spin_ns": "UNICCL_SHM_SPIN_NS",
+    "yield_ns": "UNICCL_SHM_YIELD_NS",
+}
+
+# Engines still open, closed at interpreter exit (the creator's close unlinks).
+_open_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for engine in list(_open_engines):
+        try:
+            engine.close()
+        except Exception:
+            pass
+
+
+def _cma_env_allowed() -> bool:
+    return os.environ.get("UNICCL_SHM_CMA", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+cdef int _interrupted(void *ctx) noexcept nogil:
+    """Called by a waiting collective about every 50 ms: run Python's signal handlers
+    (Ctrl-C) so that a wait on a hung peer can be interrupted.  The exception they
+    raise stays pending and is re-raised when the call returns."""
+    with gil:
+        return _check_signals() != 0
+
+
+cdef inline bint _is_int(object x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+cdef class ShmEngine:
+    """One rank's handle on a shared-memory segment of ``size`` ranks.
+
+    ``ShmEngine(name, rank, size, create, slot_bytes, reduce_fn, timeout)``:
+    ``name`` "/something" (POSIX shm name), ``slot_bytes`` a multiple of 4096 (the
+    same on every rank; 0 on an attaching rank takes the creator's), ``reduce_fn``
+    the address of a ``uniccl_host_reduce_kernel`` (0: no reductions), ``timeout``
+    seconds per call (0: none; dead peers are detected regardless).
+    Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``nt_min_bytes``,
+    ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
+    """
+
+    cdef uc_shm *_e
+    cdef readonly str name
+    cdef readonly int rank
+    cdef readonly int size
+    cdef readonly bint creator
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._e = NULL
+
+    def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
+                 small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, spin_ns=None, yield_ns=None):
+        cdef uc_shm_error err
+        cdef uc_shm_tuning tuning
+        cdef uintptr_t fn
+        if not isinstance(name, str):
+            raise InvalidArgument(f"must be a str, got {type(name).__name__}", op="open", argument="name")
+        for arg, value in (("rank", rank), ("size", size), ("slot_bytes", slot_bytes), ("reduce_fn", reduce_fn)):
+            if not _is_int(value) or value < 0:
+                raise InvalidArgument(f"must be an int >= 0, got {value!r}", op="open", argument=arg)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise InvalidArgument(f"must be a number of seconds >= 0, got {timeout!r}", op="open",
+                                  argument="timeout")
+        if reduce_fn >= 1 << 64:
+            raise InvalidArgument("is not an address", op="open", argument="reduce_fn")
+        given = dict(small_bytes=small_bytes, cma_min_bytes=cma_min_bytes, nt_min_bytes=nt_min_bytes,
+                     spin_ns=spin_ns, yield_ns=yield_ns)
+        values = {}
+        for key, env in _TUNING_ENV.items():
+            value = given[key]
+            if value is None and os.environ.get(env):
+                try:
+                    value = int(os.environ[env], 0)
+                except ValueError:
+                    raise InvalidArgument(f"{env}={os.environ[env]!r} is not an integer", op="open",
+                                          argument=key) from None
+            if value is not None and (not _is_int(value) or value < 0):
+                raise InvalidArgument(f"must be an int >= 0, got {value!r}", op="open", argument=key)
+            values[key] = value or 0
+        tuning.small_bytes = values["small_bytes"]
+        tuning.cma_min_bytes = values["cma_min_bytes"]
+        tuning.nt_min_bytes = values["nt_min_bytes"]
+        tuning.spin_ns = values["spin_ns"]
+        tuning.yield_ns = values["yield_ns"]
+        allowed = _cma_env_allowed() if cma is None else bool(cma)
+        bname = name.encode()
+        cdef const char *cname = bname
+        cdef int crank = rank, csize = size, ccreate = bool(create), callowed = allowed
+        cdef size_t cslot = slot_bytes
+        cdef double ctimeout = timeout
+        fn = reduce_fn
+        with nogil:
+            self._e = uc_shm_open(cname, crank, csize, ccreate, cslot, <uc_shm_reduce_fn>fn, ctimeout,
+                                  callowed, &tuning, &err)
+        if self._e == NULL:
+            _raise_error(&err, rank)
+        uc_shm_set_interrupt(self._e, _interrupted, NULL)
+        self.name, self.rank, self.size, self.creator = name, rank, size, bool(create)
+        _open_engines.add(self)
+
+    def __dealloc__(self):
+        if self._e != NULL:
+            uc_shm_close(self._e)
+            self._e = NULL
+
+    def __repr__(self):
+        state = "closed" if self._e == NULL else f"cma={self.cma}"
+        return f"<ShmEngine {self.name} rank {self.rank}/{self.size} {state}>"
+
+    # ------------------------------------------------------------- lifecycle
+    def unlink(self):
+        """Remove the segment's name (creator only; idempotent; a no-op elsewhere)."""
+        cdef uc_shm *e = self._live("unlink")
+        if uc_shm_unlink(e) != UC_SHM_OK:
+            self._raise(UC_SHM_ESYS)
+
+    def close(self):
+        """Unmap the segment (idempotent).  The creator also unlinks it if it has not yet."""
+        if self._e == NULL:
+            return
+        if uc_shm_close(self._e) == UC_SHM_EBUSY:
+            raise InvalidUsage("close() while a collective is running on this engine", op="close",
+                               rank=self.rank)
+        self._e = NULL
+        _open_engines.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._e == NULL
+
+    @property
+    def cma(self) -> bool:
+        """True when single-copy reads (process_vm_readv) are in use; decided by every
+        rank together at the first call (False before it)."""
+        return self._e != NULL and uc_shm_cma(self._e) == 1
+
+    @property
+    def cma_reason(self) -> str:
+        """Why single-copy reads are not in use ("" when they are)."""
+        if self._e == NULL:
+            return "closed"
+        return uc_shm_cma_reason(self._e).decode(errors="replace")
+
+    @property
+    def tuning(self) -> dict:
+        cdef uc_shm_tuning t
+        cdef size_t slot_bytes
+        uc_shm_get_tuning(self._live("tuning"), &t, &slot_bytes)
+        return {"slot_bytes": slot_bytes, "small_bytes": t.small_bytes, "cma_min_bytes": t.cma_min_bytes,
+                "nt_min_bytes": t.nt_min_bytes, "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
+
+    # ------------------------------------------------------------- collectives
+    def agree(self, header, out):
+        """Allgather of one int64[8] record per rank into ``out`` (int64[size, 8]),
+        through shared memory; returns once every rank has called it (a barrier)."""
+        cdef uc_shm *e = self._live("agree")
+        cdef int rc
+        if not (isinstance(header, cnp.ndarray) and cnp.PyArray_TYPE(header) == cnp.NPY_INT64
+                and cnp.PyArray_SIZE(header) == 8 and cnp.PyArray_IS_C_CONTIGUOUS(header)):
+            self._bad("agree", "header must be a C-contiguous int64 numpy array of 8 elements", "header")
+        if not (isinstance(out, cnp.ndarray) and cnp.PyArray_TYPE(out) == cnp.NPY_INT64
+                and cnp.PyArray_SIZE(out) == 8 * self.size and cnp.PyArray_IS_C_CONTIGUOUS(out)
+                and cnp.PyArray_ISWRITEABLE(out)):
+            self._bad("agree", f"out must be a writable C-contiguous int64 numpy array of {self.size} x 8",
+                      "out")
+        cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
+        cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
+        with nogil:
+            rc = uc_shm_agree(e, rec, res)
+        if rc:
+            self._raise(rc)
+
+    def barrier(self):
+        cdef uc_shm *e = self._live("barrier")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_barrier(e)
+        if rc:
+            self._raise(rc)
+
+    def all_reduce(self, send, recv, count, dtype, op):
+        """``recv = op over ranks of send`` for ``count`` elements; recv may be send."""
+        cdef uc_shm *e = self._live("all_reduce")
+        cdef uintptr_t s = self._ptr(send, "all_reduce", "send"), r = self._ptr(recv, "all_reduce", "recv")
+        cdef size_t c = self._count(count, "all_reduce", "count")
+        cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_all_reduce(e, <const void *>s, <void *>r, c, dt, o)
+        if rc:
+            self._raise(rc)
+
+    def reduce_scatter(self, send, recv, count, dtype, op):
+        """Block i (``count`` elements) of every rank's send, reduced, lands in rank i's
+        recv; recv may be block ``rank`` of send."""
+        cdef uc_shm *e = self._live("reduce_scatter")
+        cdef uintptr_t s = self._ptr(send, "reduce_scatter", "send")
+        cdef uintptr_t r = self._ptr(recv, "reduce_scatter", "recv")
+        cdef size_t c = self._count(count, "reduce_scatter", "count")
+        cdef int dt = self._code(dtype, "reduce_scatter", "dtype"), o = self._code(op, "reduce_scatter", "op")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_reduce_scatter(e, <const void *>s, <void *>r, c, dt, o)
+        if rc:
+            self._raise(rc)
+
+    def reduce(self, send, recv, count, dtype, op, root):
+        """Reduce into ``root``'s recv (ignored elsewhere; may be send at the root)."""
+        cdef uc_shm *e = self._live("reduce")
+        cdef uintptr_t s = self._ptr(send, "reduce", "send"), r = self._ptr(recv, "reduce", "recv")
+        cdef size_t c = self._count(count, "reduce", "count")
+        cdef int dt = self._code(dtype, "reduce", "dtype"), o = self._code(op, "reduce", "op")
+        cdef int rt = self._code(root, "reduce", "root")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_reduce(e, <const void *>s, <void *>r, c, dt, o, rt)
+        if rc:
+            self._raise(rc)
+
+    def broadcast(self, ptr, nbytes, root):
+        cdef uc_shm *e = self._live("broadcast")
+        cdef uintptr_t p = self._ptr(ptr, "broadcast", "ptr")
+        cdef size_t n = self._count(nbytes, "broadcast", "nbytes")
+        cdef int rt = self._code(root, "broadcast", "root")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_broadcast(e, <void *>p, n, rt)
+        if rc:
+            self._raise(rc)
+
+    def all_gather(self, send, recv, block_bytes):
+        """recv[i*block_bytes:(i+1)*block_bytes] = rank i's send; send may be block
+        ``rank`` of recv."""
+        cdef uc_shm *e = self._live("all_gather")
+        cdef uintptr_t s = self._ptr(send, "all_gather", "send"), r = self._ptr(recv, "all_gather", "recv")
+        cdef size_t b = self._count(block_bytes, "all_gather", "block_bytes")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_all_gather(e, <const void *>s, <void *>r, b)
+        if rc:
+            self._raise(rc)
+
+    def all_to_all(self, send, recv, block_bytes):
+        """Block i of send goes to rank i; block j of recv comes from rank j (no overlap)."""
+        cdef uc_shm *e = self._live("all_to_all")
+        cdef uintptr_t s = self._ptr(send, "all_to_all", "send"), r = self._ptr(recv, "all_to_all", "recv")
+        cdef size_t b = self._count(block_bytes, "all_to_all", "block_bytes")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_all_to_all(e, <const void *>s, <void *>r, b)
+        if rc:
+            self._raise(rc)
+
+    def gather(self, send, recv, block_bytes, root):
+        cdef uc_shm *e = self._live("gather")
+        cdef uintptr_t s = self._ptr(send, "gather", "send"), r = self._ptr(recv, "gather", "recv")
+        cdef size_t b = self._count(block_bytes, "gather", "block_bytes")
+        cdef int rt = self._code(root, "gather", "root")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_gather(e, <const void *>s, <void *>r, b, rt)
+        if rc:
+            self._raise(rc)
+
+    def scatter(self, send, recv, block_bytes, root):
+        cdef uc_shm *e = self._live("scatter")
+        cdef uintptr_t s = self._ptr(send, "scatter", "send"), r = self._ptr(recv, "scatter", "recv")
+        cdef size_t b = self._count(block_bytes, "scatter", "block_bytes")
+        cdef int rt = self._code(root, "scatter", "root")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_scatter(e, <const void *>s, <void *>r, b, rt)
+        if rc:
+            self._raise(rc)
+
+    # ---------------------------------------------------------------- helpers
+    cdef uc_shm *_live(self, str op) except NULL:
+        if self._e == NULL:
+            raise InvalidUsage("the shared-memory engine is closed", op=op, rank=self.rank)
+        return self._e
+
+    cdef int _bad(self, str op, str message, str argument) except -1:
+        """A bad argument: fail the engine (so that peers do not wait for us) and raise."""
+        if self._e != NULL:
+            uc_shm_fail(self._e, op.encode(), message.encode())
+        raise InvalidArgument(message, op=op, rank=self.rank, argument=argument)
+
+    cdef uintptr_t _ptr(self, object x, str op, str arg) except? 0:
+        if type(x) is int and x >= 0:
+            try:
+                return <uintptr_t>x
+            except OverflowError:
+                pass
+        elif _is_int(x) and 0 <= x < (1 << 64):
+            return <uintptr_t>int(x)
+        self._bad(op, f"must be an address (int >= 0), got {x!r}", arg)
+        return 0
+
+    cdef size_t _count(self, object x, str op, str arg) except? 0:
+        if _is_int(x) and x >= 0:
+            try:
+                return <size_t>x
+            except OverflowError:
+                pass
+        self._bad(op, f"must be an int >= 0, got {x!r}", arg)
+        return 0
+
+    cdef int _code(self, object x, str op, str arg) except? -1:
+        if _is_int(x) and -(1 << 31) <= x < (1 << 31):
+            return <int>x
+        self._bad(op, f"must be an int, got {x!r}", arg)
+        return -1
+
+    cdef int _raise(self, int rc) except -1:
+        if rc == UC_SHM_EINTR and PyErr_Occurred() != NULL:
+            return -1  # the signal handler's exception (KeyboardInterrupt) is pending
+        if rc == UC_SHM_EBUSY:
+            raise InvalidUsage("another thread is running a call on this engine", rank=self.rank)
+        _raise_error(uc_shm_last_error(self._e), self.rank)
+        return -1
+
+
+cdef int _raise_error(const uc_shm_error *err, int rank) except -1:
+    cdef int i
+    msg = err.message.decode(errors="replace")
+    op = err.op.decode() if err.op != NULL else None
+    code = err.code
+    if code == UC_SHM_EINVAL:
+        raise InvalidArgument(msg, op=op, rank=rank)
+    if code == UC_SHM_EDEAD:
+        raise RemoteError(msg, op=op, rank=rank, remote_rank=err.remote_rank, remote_pid=err.remote_pid,
+                          remote_type="died")
+    if code == UC_SHM_EREMOTE:
+        raise RemoteError(msg, op=op, rank=rank, remote_rank=err.remote_rank)
+    if code == UC_SHM_ETIMEOUT:
+        missing = [err.missing[i] for i in range(err.nmissing)] if err.missing != NULL else []
+        raise Timeout(msg, op=op, rank=rank, missing_ranks=missing)
+    if code == UC_SHM_ESYS:
+        raise InternalError(msg, op=op, rank=rank, errno=err.sys_errno)
+    raise InternalError(msg, op=op, rank=rank)

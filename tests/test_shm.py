@@ -1,0 +1,242 @@
+"""The shared-memory collective engine (uniccl._shm) on its own, in real processes:
+every collective against numpy at 2-4 ranks with single-copy reads and with slot
+copies; dead, slow and misbehaving peers; no segment left in /dev/shm."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _launch import WORKERS, check_ranks, rank_counts
+
+WORKER = str(WORKERS / "shm_engine.py")
+SHM = Path("/dev/shm")
+
+
+def _has_host_kernel() -> bool:
+    try:
+        import uniccl_cpu
+    except ImportError:
+        return False
+    return hasattr(uniccl_cpu, "uniccl_host_reduce_kernel")
+
+
+pytestmark = [
+    pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm"),
+    pytest.mark.skipif(not _has_host_kernel(),
+                       reason="the installed cpu plugin lacks the uniccl_host_reduce_kernel hook"),
+]
+
+
+@pytest.fixture
+def prefix():
+    """A segment-name prefix unique to this test; asserts nothing with it is left behind."""
+    p = f"/uniccl-test-{os.getpid()}-{secrets.token_hex(3)}"
+    yield p
+    left = sorted(f.name for f in SHM.glob(p[1:] + "*"))
+    assert not left, f"segments left behind: {left}"
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, WORKER, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline() if ready else ""
+
+
+def _finish(procs, timeout: float) -> list[str]:
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            raise AssertionError(f"worker {p.args[2:]} did not finish within {timeout} s")
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("nranks", rank_counts([2, 3, 4]))
+def test_matrix(nranks, prefix):
+    out = check_ranks(nranks, "shm_engine.py", "matrix", "--prefix", prefix, timeout=180)
+    assert re.search(r"shm engine matrix on \d+ ranks: \d+ cases, 0 failures", out), out[-3000:]
+
+
+@pytest.mark.parametrize("nranks", rank_counts([4]))
+def test_oversubscribed_64mib(nranks, prefix):
+    """4 ranks on 2 cores: spinning waiters must yield and sleep, not starve the workers."""
+    t = time.monotonic()
+    out = check_ranks(nranks, "shm_engine.py", "big", "--prefix", prefix, "--mib", "64", timeout=120)
+    assert "correct on every rank: True" in out, out[-3000:]
+    times = [float(x) for x in re.search(r"ranks: ([\d., ]+) s", out).group(1).split(",")]
+    assert max(times) < 10, out
+    print(out.strip().splitlines()[-1], f"(whole run {time.monotonic() - t:.1f} s)")
+
+
+@pytest.mark.parametrize("nranks", rank_counts([3]))
+def test_bad_argument_fails_every_rank(nranks, prefix):
+    """Rank 1's bad argument: InvalidArgument there, RemoteError naming rank 1 elsewhere,
+    and the engine is unusable afterwards (InternalError) - but nobody hangs."""
+    out = check_ranks(nranks, "shm_engine.py", "bad-arg", "--prefix", prefix, timeout=60)
+    lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"^rank (\d+): (.*)$", out, re.M)}
+    assert sorted(lines) == list(range(nranks)), out
+    assert lines[1].startswith("InvalidArgument") and "count" in lines[1], lines[1]
+    for r in set(lines) - {1}:
+        assert lines[r].startswith("RemoteError remote_rank=1"), lines[r]
+    assert all("then: InternalError" in line for line in lines.values()), out
+
+
+def test_kill9_peer_raises_remote_error_everywhere(prefix):
+    """kill -9 of one rank in a loop of 16 MiB all_reduces: every survivor raises
+    RemoteError naming it within 10 s.  The dead rank stays an unreaped zombie (its
+    pid still exists) until the survivors have reported."""
+    name, size, victim = f"{prefix}-kill", 3, 1
+    procs = [_spawn("loop", name, str(r), str(size), "--mib", "16") for r in range(size)]
+    try:
+        for p in procs:
+            line = _read_line(p, 30)
+            assert line.strip() == "READY", f"worker {p.args[2:]} said {line!r}"
+        assert not (SHM / name[1:]).exists(), "unlinked once every rank attached"
+        time.sleep(0.5)
+        killed = time.monotonic()
+        os.kill(procs[victim].pid, signal.SIGKILL)
+        survivors = [p for r, p in enumerate(procs) if r != victim]
+        outs = _finish(survivors, 15)
+        elapsed = time.monotonic() - killed
+        for out in outs:
+            assert "ERROR RemoteError remote_rank=1 " in out, out
+            assert re.search(rf"rank 1 \(pid {procs[victim].pid}\) died during all_reduce", out), out
+        assert elapsed < 10, f"survivors took {elapsed:.1f} s"
+        print(f"survivors reported after {elapsed:.2f} s:", *(o.strip() for o in outs), sep="\n  ")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_timeout_names_missing_rank_then_engine_unusable(prefix):
+    name = f"{prefix}-timeout"
+    procs = [_spawn("timeout", name, str(r)) for r in range(2)]
+    out0, out1 = _finish(procs, 30)
+    # rank 0 gives up after its 1 s timeout, naming rank 1
+    assert re.search(r"ERROR Timeout missing_ranks=\[1\] after 1\.\d+ s: .*all_reduce timed out after 1 s "
+                     r"waiting for rank 1", out0), out0
+    # rank 1 arrives late and learns that rank 0 failed
+    assert re.search(r"ERROR RemoteError remote_rank=0 .*rank 0 failed during all_reduce: .*timed out", out1), out1
+    for out in (out0, out1):
+        assert "LATER InternalError" in out and "unusable after an earlier error" in out, out
+
+
+def test_exception_before_unlink_leaves_no_segment(prefix):
+    """The creator raises with the segment still named: closing at exit unlinks it."""
+    name = f"{prefix}-raise"
+    (out,) = _finish([_spawn("raise", name)], 30)
+    assert "RuntimeError: deliberate failure" in out, out
+    assert not (SHM / name[1:]).exists()
+
+
+def test_ctrl_c_interrupts_a_wait(prefix):
+    (out,) = _finish([_spawn("interrupt", f"{prefix}-int")], 30)
+    m = re.search(r"KeyboardInterrupt after ([\d.]+) s", out)
+    assert m and float(m.group(1)) < 2, out
+    assert "LATER InternalError" in out and "interrupted" in out, out
+
+
+def _two_ranks(name, slot=4096 * 8):
+    """Both ranks of a 2-rank segment in this process (drive them from two threads:
+    every call releases the GIL)."""
+    import uniccl_cpu
+    from uniccl._shm import ShmEngine
+
+    fn = uniccl_cpu.uniccl_host_reduce_kernel()
+    e0 = ShmEngine(name, 0, 2, True, slot, fn, 20.0)
+    e1 = ShmEngine(name, 1, 2, False, slot, fn, 20.0)
+    return e0, e1
+
+
+def _both(f0, f1):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.submit(f0), pool.submit(f1)
+        return a.result(timeout=30), b.result(timeout=30)
+
+
+def test_threads_in_one_process_and_fork_safety(prefix):
+    """A forked child cannot use (or close on behalf of) its parent's engine."""
+    import numpy as np
+
+    from uniccl._errors import InternalError
+
+    e0, e1 = _two_ranks(f"{prefix}-fork")
+    try:
+        x0, x1 = np.arange(1000, dtype=np.float64), np.ones(1000)
+        _both(lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
+              lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0))
+        assert np.array_equal(x0, np.arange(1000) + 1.0) and np.array_equal(x0, x1)
+        assert e0.cma == e1.cma
+        pid = os.fork()
+        if pid == 0:  # child: refuse to act, close only unmaps
+            code = 0
+            try:
+                e1.barrier()
+                code = 1
+            except InternalError as exc:
+                code = 0 if "forked child" in str(exc) else 2
+            except BaseException:
+                code = 3
+            try:
+                e1.close()
+                e0.close()
+            except BaseException:
+                code = 4
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, status
+        # the parent's engines still work: the child published nothing
+        _both(lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
+              lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0))
+        assert np.array_equal(x0, (np.arange(1000) + 1.0) * 2)
+    finally:
+        e0.close()
+        e1.close()
+
+
+def test_bad_construction_arguments():
+    from uniccl._errors import InternalError, InvalidArgument
+    from uniccl._shm import ShmEngine
+
+    name = f"/uniccl-test-{os.getpid()}-{secrets.token_hex(3)}-args"
+    for args, what in [(("noslash", 0, 1, True, 4096, 0, 0), "name"),
+                       ((name, 2, 2, True, 4096, 0, 0), "rank"),
+                       ((name, 0, 2, True, 1000, 0, 0), "slot_bytes"),
+                       ((name, 0, 2, True, 4096, 0, -1), "timeout"),
+                       ((name, -1, 2, True, 4096, 0, 0), "rank")]:
+        with pytest.raises(InvalidArgument, match=what):
+            ShmEngine(*args)
+    with pytest.raises(InternalError, match="No such file"):
+        ShmEngine(name, 1, 2, False, 4096, 0, 0)
+    eng = ShmEngine(name, 0, 1, True, 4096, 0, 0)
+    try:
+        with pytest.raises(InternalError, match="File exists"):
+            ShmEngine(name, 0, 1, True, 4096, 0, 0)
+        assert not eng.cma and eng.cma_reason
+    finally:
+        eng.close()
+    assert not (SHM / name[1:]).exists()
+    assert eng.closed
+    eng.close()  # idempotent
