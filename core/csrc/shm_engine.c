@@ -71,7 +71,8 @@ typedef struct {
     _Alignas(LINE) _Atomic uint64_t seq; /* 1 + last chunk signalled */
     _Atomic uint32_t sleepers;           /* ranks in futex_wait on seq */
     uint32_t pad;
-    uint64_t pub_addr; /* ready line: buffer published for single-copy reads (pid: uc_ctrl) */
+    uint64_t pub_addr;  /* ready line: buffers published for single-copy reads/writes (pid: uc_ctrl) */
+    uint64_t pub_addr2; /* ... the second one (a reduction's recv) */
 } uc_line;
 
 typedef struct {
@@ -96,7 +97,7 @@ typedef struct {
     _Atomic uint64_t magic; /* stored last by the creator */
     uint32_t version, size;
     uint64_t slot_bytes, total_bytes, ctrl_bytes;
-    uint64_t small_bytes, cma_min_bytes, nt_min_bytes;
+    uint64_t small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes;
     int64_t creator_pid;
 } uc_hdr;
 
@@ -109,7 +110,7 @@ struct uc_shm {
     uc_hdr *hdr;
     uc_ctrl *ctrl;
     uint8_t *slots;
-    size_t slot_bytes, small_bytes, cma_min_bytes, nt_min_bytes;
+    size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes;
     uint64_t spin_ns, yield_ns;
     uc_shm_reduce_fn reduce;
     uc_shm_interrupt_fn interrupt;
@@ -512,6 +513,34 @@ static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n)
     return UC_SHM_OK;
 }
 
+static int cma_write(uc_shm *e, int peer, uint64_t remote, const void *local, size_t n) {
+    const char *src = local;
+    while (n) {
+        struct iovec l = {(void *)src, n}, r = {(void *)(uintptr_t)remote, n};
+        ssize_t put = process_vm_writev((pid_t)e->pids[peer], &l, 1, &r, 1, 0);
+        if (put < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ESRCH) {
+                set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", peer,
+                        e->pids[peer], e->op);
+                e->err.remote_rank = peer;
+                e->err.remote_pid = e->pids[peer];
+                return fatal(e);
+            }
+            int saved = errno;
+            set_err(&e->err, UC_SHM_ESYS, e->op, "process_vm_writev of %zu bytes to rank %d failed: %s", n,
+                    peer, strerror(saved));
+            e->err.sys_errno = saved;
+            return fatal(e);
+        }
+        if (put == 0)
+            return FAIL(e, UC_SHM_ESYS, "process_vm_writev to rank %d made no progress", peer);
+        src += put, remote += (uint64_t)put, n -= (size_t)put;
+    }
+    return UC_SHM_OK;
+}
+
 /* Publish `addr` for chunk g (the ready signal follows). */
 static inline void publish(uc_shm *e, const void *addr) {
     e->ctrl[e->rank].ready.pub_addr = (uint64_t)(uintptr_t)addr;
@@ -762,6 +791,61 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
     return UC_SHM_OK;
 }
 
+/* Single-copy reduction (process_vm_readv/writev), for large messages.  Rank r owns
+ * `len` elements at byte offset `src_off` of every rank's send.  Chunk by chunk it
+ * pulls the peers' elements into its slots (used as one scratch area), folds them
+ * with its own in rank order, and writes the result at byte offset `dst_off` of
+ * the recv of: every rank (root == -1, all_reduce), the root (reduce), or only
+ * itself (root == -2, reduce_scatter).  Two synchronizations per call, and no
+ * freshly written cache line ever moves between cores: it reads peers' inputs where
+ * they lie and writes results straight into their destination.  Nobody touches the
+ * element range of another owner, so in place is safe. */
+static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, size_t dst_off, size_t len,
+                      size_t isz, int dtype, int op, int root) {
+    int me = e->rank, n = e->size, rc;
+    uint64_t g = e->g++;
+    uc_line *mine = &e->ctrl[me].ready;
+    mine->pub_addr = (uint64_t)(uintptr_t)send;
+    mine->pub_addr2 = (uint64_t)(uintptr_t)recv;
+    sig(e, OFF_READY, g + 1);
+    WAIT(e, OFF_READY, g + 1, -1);
+    /* scratch: areas 0..n-1 for the ranks' inputs, area n for the result */
+    uint8_t *scratch = slot(e, me, 0); /* slots [me][0] and [me][1] are adjacent */
+    size_t area = (2 * e->slot_bytes / (size_t)(n + 1)) / 64 * 64, m = area / isz;
+    int want_mine = root == -1 || root == -2 || root == me;
+    /* fold straight into my recv unless that aliases my own input (in place) */
+    int direct = want_mine && !overlaps(recv + dst_off, len * isz, send + src_off, len * isz);
+    for (size_t off = 0; off < len; off += m) {
+        size_t k = len - off < m ? len - off : m, nb = k * isz, so = src_off + off * isz, d = dst_off + off * isz;
+        for (int j = 1; j < n; j++) {
+            int q = (me + j) % n;
+            if ((rc = cma_read(e, q, scratch + (size_t)q * area, e->ctrl[q].ready.pub_addr + so, nb)))
+                return rc;
+        }
+        for (int q = 0; q < n; q++)
+            e->src[q] = q == me ? (const void *)(send + so) : (const void *)(scratch + (size_t)q * area);
+        uint8_t *res = direct ? (uint8_t *)recv + d : scratch + (size_t)n * area;
+        if ((rc = fold(e, res, e->src, k, dtype, op)))
+            return rc;
+        if (want_mine && !direct)
+            memcpy(recv + d, res, nb);
+        if (root == -2)
+            continue;
+        for (int j = 1; j < n; j++) {
+            int q = (me + j) % n;
+            if ((root == -1 || root == q) && (rc = cma_write(e, q, e->ctrl[q].ready.pub_addr2 + d, res, nb)))
+                return rc;
+        }
+    }
+    sig(e, OFF_CONSUMED, g + 1);     /* done with every peer's buffers */
+    WAIT(e, OFF_CONSUMED, g + 1, -1); /* and they with mine */
+    return UC_SHM_OK;
+}
+
+static inline int use_cma_reduce(uc_shm *e, size_t part_bytes) {
+    return e->cma == 1 && e->cma_reduce_min_bytes && part_bytes >= e->cma_reduce_min_bytes;
+}
+
 static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op) {
     int rc = UC_SHM_OK;
     size_t isz = 1;
@@ -779,8 +863,12 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
             memcpy(recv, send, nbytes);
         return UC_SHM_OK;
     }
+    size_t lo, hi;
+    part(count, e->size, e->rank, isz, &lo, &hi);
     if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, -1);
+    else if (use_cma_reduce(e, nbytes / (size_t)e->size))
+        rc = reduce_cma(e, send, recv, lo * isz, lo * isz, hi - lo, isz, dtype, op, -1);
     else
         rc = reduce_pipe(e, send, recv, count, isz, dtype, op, -1);
     return rc;
@@ -806,8 +894,12 @@ static int reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, in
             memcpy(recv, send, nbytes);
         return UC_SHM_OK;
     }
+    size_t lo, hi;
+    part(count, e->size, e->rank, isz, &lo, &hi);
     if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, root);
+    else if (use_cma_reduce(e, nbytes / (size_t)e->size))
+        rc = reduce_cma(e, send, is_root ? recv : NULL, lo * isz, lo * isz, hi - lo, isz, dtype, op, root);
     else
         rc = reduce_pipe(e, send, recv, count, isz, dtype, op, root);
     return rc;
@@ -837,6 +929,8 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
             memcpy(recv, send, bbytes);
         return UC_SHM_OK;
     }
+    if (use_cma_reduce(e, bbytes))
+        return reduce_cma(e, send, recv, (size_t)me * bbytes, 0, count, isz, dtype, op, -2);
     size_t mb = (e->slot_bytes / (size_t)n) / 64 * 64 / isz; /* elements per block per chunk */
     if (!mb)
         mb = 1;
@@ -1379,6 +1473,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         h->small_bytes = t.small_bytes ? t.small_bytes : size <= 2 ? 4096 : 16384;
         h->cma_min_bytes = t.cma_min_bytes ? t.cma_min_bytes : size <= 2 ? 16384 : 65536;
         h->nt_min_bytes = t.nt_min_bytes ? t.nt_min_bytes : (32u << 20);
+        h->cma_reduce_min_bytes = t.cma_reduce_min_bytes == (size_t)-1 ? 0 /* never */
+                                  : t.cma_reduce_min_bytes ? t.cma_reduce_min_bytes : (256u << 10);
         if (h->small_bytes > slot_bytes)
             h->small_bytes = slot_bytes;
         h->creator_pid = getpid();
@@ -1416,6 +1512,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->small_bytes = h->small_bytes;
     e->cma_min_bytes = h->cma_min_bytes;
     e->nt_min_bytes = h->nt_min_bytes;
+    e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->slots = e->base + PAGE + ctrl_bytes;
     int over = size > cpu_count();
     e->spin_ns = t.spin_ns ? t.spin_ns : over ? 2000 : 20000;
@@ -1496,6 +1593,7 @@ void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes) 
     out->small_bytes = e->small_bytes;
     out->cma_min_bytes = e->cma_min_bytes;
     out->nt_min_bytes = e->nt_min_bytes;
+    out->cma_reduce_min_bytes = e->cma_reduce_min_bytes;
     out->spin_ns = e->spin_ns;
     out->yield_ns = e->yield_ns;
     *slot_bytes = e->slot_bytes;

@@ -68,6 +68,8 @@ typedef struct {
     size_t small_bytes;   /* all_reduce/reduce up to this size: one round, every rank folds all */
     size_t cma_min_bytes; /* single-copy reads for per-peer transfers of at least this many bytes */
     size_t nt_min_bytes;  /* outputs at least this large are written with non-temporal stores */
+    size_t cma_reduce_min_bytes; /* reductions with single-copy pulls/pushes from this many bytes
+                                    per rank's part ((size_t)-1: never) */
     uint64_t spin_ns;     /* busy-wait this long before yielding */
     uint64_t yield_ns;    /* then sched_yield until this long, then sleep on a futex */
 } uc_shm_tuning;

@@ -16,7 +16,8 @@ so no segment can outlive the job.
 
 Environment: ``UNICCL_SHM_CMA=0`` forces slot copies instead of single-copy reads
 (process_vm_readv); ``UNICCL_SHM_SMALL_BYTES``, ``UNICCL_SHM_CMA_MIN_BYTES``,
-``UNICCL_SHM_NT_MIN_BYTES`` (the creator's values hold for every rank),
+``UNICCL_SHM_CMA_REDUCE_MIN_BYTES`` (-1: never), ``UNICCL_SHM_NT_MIN_BYTES`` (the
+creator's values hold for every rank),
 ``UNICCL_SHM_SPIN_NS`` and ``UNICCL_SHM_YIELD_NS`` tune it.
 """
 cimport numpy as cnp
@@ -66,6 +67,7 @@ cdef extern from "shm_engine.h" nogil:
         size_t small_bytes
         size_t cma_min_bytes
         size_t nt_min_bytes
+        size_t cma_reduce_min_bytes
         uint64_t spin_ns
         uint64_t yield_ns
 
@@ -99,6 +101,7 @@ _TUNING_ENV = {
     "small_bytes": "UNICCL_SHM_SMALL_BYTES",
     "cma_min_bytes": "UNICCL_SHM_CMA_MIN_BYTES",
     "nt_min_bytes": "UNICCL_SHM_NT_MIN_BYTES",
+    "cma_reduce_min_bytes": "UNICCL_SHM_CMA_REDUCE_MIN_BYTES",
     "spin_ns": "UNICCL_SHM_SPIN_NS",
     "yield_ns": "UNICCL_SHM_YIELD_NS",
 }
@@ -140,8 +143,8 @@ cdef class ShmEngine:
     same on every rank; 0 on an attaching rank takes the creator's), ``reduce_fn``
     the address of a ``uniccl_host_reduce_kernel`` (0: no reductions), ``timeout``
     seconds per call (0: none; dead peers are detected regardless).
-    Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``nt_min_bytes``,
-    ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
+    Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``cma_reduce_min_bytes``,
+    ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
     """
 
     cdef uc_shm *_e
@@ -155,7 +158,8 @@ cdef class ShmEngine:
         self._e = NULL
 
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
-                 small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, spin_ns=None, yield_ns=None):
+                 small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
+                 spin_ns=None, yield_ns=None):
         cdef uc_shm_error err
         cdef uc_shm_tuning tuning
         cdef uintptr_t fn
@@ -170,7 +174,7 @@ cdef class ShmEngine:
         if reduce_fn >= 1 << 64:
             raise InvalidArgument("is not an address", op="open", argument="reduce_fn")
         given = dict(small_bytes=small_bytes, cma_min_bytes=cma_min_bytes, nt_min_bytes=nt_min_bytes,
-                     spin_ns=spin_ns, yield_ns=yield_ns)
+                     cma_reduce_min_bytes=cma_reduce_min_bytes, spin_ns=spin_ns, yield_ns=yield_ns)
         values = {}
         for key, env in _TUNING_ENV.items():
             value = given[key]
@@ -180,12 +184,15 @@ cdef class ShmEngine:
                 except ValueError:
                     raise InvalidArgument(f"{env}={os.environ[env]!r} is not an integer", op="open",
                                           argument=key) from None
-            if value is not None and (not _is_int(value) or value < 0):
+            if value is not None and (not _is_int(value) or (value < 0 and key != "cma_reduce_min_bytes")):
                 raise InvalidArgument(f"must be an int >= 0, got {value!r}", op="open", argument=key)
             values[key] = value or 0
         tuning.small_bytes = values["small_bytes"]
         tuning.cma_min_bytes = values["cma_min_bytes"]
         tuning.nt_min_bytes = values["nt_min_bytes"]
+        # -1 (any negative): never reduce with single-copy transfers
+        tuning.cma_reduce_min_bytes = <size_t>-1 if values["cma_reduce_min_bytes"] < 0 else \
+            values["cma_reduce_min_bytes"]
         tuning.spin_ns = values["spin_ns"]
         tuning.yield_ns = values["yield_ns"]
         allowed = _cma_env_allowed() if cma is None else bool(cma)
@@ -253,7 +260,8 @@ cdef class ShmEngine:
         cdef size_t slot_bytes
         uc_shm_get_tuning(self._live("tuning"), &t, &slot_bytes)
         return {"slot_bytes": slot_bytes, "small_bytes": t.small_bytes, "cma_min_bytes": t.cma_min_bytes,
-                "nt_min_bytes": t.nt_min_bytes, "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
+                "cma_reduce_min_bytes": t.cma_reduce_min_bytes or -1, "nt_min_bytes": t.nt_min_bytes,
+                "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
 
     # ------------------------------------------------------------- collectives
     def agree(self, header, out):

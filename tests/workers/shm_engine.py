@@ -2,8 +2,8 @@
 
     mpiexec -n N python shm_engine.py matrix --prefix /uniccl-test-...
         every collective x dtype x op x size, in and out of place, against numpy, on
-        three engines: single-copy reads forced on for every size, slot copies forced
-        by UNICCL_SHM_CMA=0, and the default tuning.  Exit 1 on any wrong result.
+        three engines: single-copy transfers for every size, slot copies forced by
+        UNICCL_SHM_CMA=0, and the default tuning.  Exit 1 on any wrong result.
     mpiexec -n N python shm_engine.py big --prefix ... --mib 64
         one large all_reduce (checked), timed.
     mpiexec -n N python shm_engine.py bad-arg --prefix ...
@@ -227,14 +227,16 @@ def cmd_matrix(args) -> int:
     failures: list[str] = []
     cases = 0
 
-    # 1. single-copy reads for every size (data movement only: reductions never use them)
-    eng = mpi_engine(world, args.prefix, "cma", TEST_SLOT, cma_min_bytes=1)
-    cases += matrix(world, eng, "cma", TEST_SLOT, MOVING, DTYPES, True, failures)
+    # 1. single-copy transfers for every size above the one-round reductions
+    eng = mpi_engine(world, args.prefix, "cma", TEST_SLOT, small_bytes=TEST_SMALL, cma_min_bytes=1,
+                     cma_reduce_min_bytes=1)
+    cases += matrix(world, eng, "cma", TEST_SLOT, REDUCING + MOVING, DTYPES, True, failures)
     if world.size > 1 and not eng.cma:
         failures.append(f"cma engine: single-copy reads not in use: {eng.cma_reason}")
     eng.close()
 
-    # 2. slot copies forced by the environment; non-temporal output copies for every size
+    # 2. slot copies forced by the environment (pipelined reductions); non-temporal output
+    #    copies for every size
     os.environ["UNICCL_SHM_CMA"] = "0"
     try:
         eng = mpi_engine(world, args.prefix, "slots", TEST_SLOT, small_bytes=TEST_SMALL, nt_min_bytes=1)
