@@ -19,6 +19,32 @@ need_system_tools() {
     fi
 }
 
+system_packages() {
+    # the SSH launcher tests need sshd, rsync and ip (network namespaces); they skip with the
+    # reason when these cannot be had, so a failure here never stops the script
+    local missing=()
+    command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    command -v ssh >/dev/null || missing+=(openssh-client)
+    command -v rsync >/dev/null || missing+=(rsync)
+    command -v ip >/dev/null || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+    ((${#missing[@]})) || return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "system_packages: not root, cannot install ${missing[*]} (the SSH tests will skip)"
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null; then
+        echo "system_packages: no apt-get, cannot install ${missing[*]} (the SSH tests will skip)"
+        return 0
+    fi
+    echo "installing system packages: ${missing[*]}"
+    # install the full set so that client and server versions match
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            openssh-server openssh-client rsync iproute2 >/dev/null; }; then
+        echo "system_packages: apt-get failed (the SSH tests will skip)"
+    fi
+    return 0
+}
+
 build_wheels() {
     need_system_tools
     [ -x .venv-build/bin/python ] || "$PY" -m venv .venv-build

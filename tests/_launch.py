@@ -35,20 +35,32 @@ def mpiexec() -> list[str]:
     return [exe]
 
 
-#: Both transports every multi-rank suite runs on (the engine is forced, so a build
-#: without it fails instead of silently testing MPI twice).
-TRANSPORTS = {"shm": {"UNICCL_TRANSPORT": "shm"}, "mpi": {"UNICCL_TRANSPORT": "mpi"}}
+#: The transports every multi-rank suite runs on, each forced (so a build without the
+#: engine fails instead of silently testing another transport twice).  shm and mpi run
+#: under mpiexec; tcp under ``uniccl run``'s local launcher, with no MPI at all.
+TRANSPORTS = {"shm": {"UNICCL_TRANSPORT": "shm"}, "mpi": {"UNICCL_TRANSPORT": "mpi"},
+              "tcp": {"UNICCL_TRANSPORT": "tcp"}}
+
+
+def launcher_argv(n: int, env: dict | None) -> list[str]:
+    """mpiexec, or ``uniccl run`` for the TCP transport."""
+    if (env or {}).get("UNICCL_TRANSPORT") == "tcp":
+        return [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n)]
+    return [*mpiexec(), "-n", str(n)]
 
 
 def rank_transports(default: list[int]) -> list[tuple[int, str]]:
-    """(nranks, transport) pairs to test; one rank moves no data, so it runs once."""
-    return [(n, t) for n in rank_counts(default) for t in TRANSPORTS if n > 1 or t == "shm"]
+    """(nranks, transport) pairs to test; one rank moves no data, so it runs once.
+    UNICCL_TEST_TRANSPORTS=shm,mpi keeps only those (the Open MPI run tests MPI)."""
+    only = os.environ.get("UNICCL_TEST_TRANSPORTS")
+    names = [t for t in TRANSPORTS if not only or t in only.split(",")]
+    return [(n, t) for n in rank_counts(default) for t in names if n > 1 or t == names[0]]
 
 
 def run_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict | None = None):
     """Run ``workers/<script>`` on ``n`` ranks; return the CompletedProcess (stdout+stderr
     in .stdout).  On timeout the whole process group is killed and AssertionError raised."""
-    cmd = [*mpiexec(), "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)]
+    cmd = [*launcher_argv(n, env), sys.executable, str(WORKERS / script), *map(str, args)]
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=full_env, start_new_session=True)

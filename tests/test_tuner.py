@@ -14,7 +14,7 @@ def test_parse_rules():
 
 def test_single_host_uses_shm_and_says_why(monkeypatch):
     monkeypatch.delenv("UNICCL_TRANSPORT", raising=False)
-    t = Tuner(4, single_host=True, shm_ready=True)
+    t = Tuner(4, "mpi", shm_ready=True)
     c = t.choose("all_reduce", 1 << 20)
     assert (c.transport, c.algorithm) == ("shm", "shm")
     assert t.transport_why == "all ranks on one host"
@@ -22,8 +22,9 @@ def test_single_host_uses_shm_and_says_why(monkeypatch):
 
 def test_cost_model_picks_latency_then_bandwidth(monkeypatch):
     monkeypatch.delenv("UNICCL_ALGO", raising=False)
-    t = Tuner(8, single_host=False, shm_ready=False, shm_reason="ranks span hosts")
+    t = Tuner(8, "tcp", shm_ready=False, shm_reason="ranks span hosts")
     small, large = t.choose("all_reduce", 8), t.choose("all_reduce", 64 << 20)
+    assert small.transport == large.transport == "tcp"
     assert small.algorithm == "recursive_doubling" and large.algorithm == "ring"
     assert "cost model" in small.why
     assert cost_all_reduce("ring", 64 << 20, 8) < cost_all_reduce("recursive_doubling", 64 << 20, 8)
@@ -32,7 +33,7 @@ def test_cost_model_picks_latency_then_bandwidth(monkeypatch):
 def test_env_overrides(monkeypatch):
     monkeypatch.setenv("UNICCL_TRANSPORT", "mpi")
     monkeypatch.setenv("UNICCL_ALGO", "all_reduce:ring")
-    t = Tuner(4, single_host=True, shm_ready=True)
+    t = Tuner(4, "mpi", shm_ready=True)
     c = t.choose("all_reduce", 8)
     assert (c.transport, c.algorithm) == ("mpi", "ring") and "UNICCL_ALGO" in c.why
     assert t.choose("broadcast", 8) == ("mpi", "tree", t.choose("broadcast", 8).why)
@@ -41,11 +42,14 @@ def test_env_overrides(monkeypatch):
 def test_bad_overrides_are_typed_errors(monkeypatch):
     monkeypatch.setenv("UNICCL_TRANSPORT", "carrier-pigeon")
     with pytest.raises(uniccl.InvalidArgument, match="UNICCL_TRANSPORT"):
-        Tuner(2, True, True)
+        Tuner(2, "mpi", True)
+    monkeypatch.setenv("UNICCL_TRANSPORT", "tcp")
+    with pytest.raises(uniccl.InvalidArgument, match="bootstrapped over mpi"):
+        Tuner(2, "mpi", True)
     monkeypatch.setenv("UNICCL_TRANSPORT", "shm")
     with pytest.raises(uniccl.InvalidArgument, match="not usable: ranks span hosts"):
-        Tuner(2, False, False, "ranks span hosts")
+        Tuner(2, "mpi", False, "ranks span hosts")
     monkeypatch.delenv("UNICCL_TRANSPORT")
     monkeypatch.setenv("UNICCL_ALGO", "all_reduce:bogus")
     with pytest.raises(uniccl.InvalidArgument, match="unknown algorithm 'bogus'"):
-        Tuner(2, True, True)
+        Tuner(2, "mpi", True)

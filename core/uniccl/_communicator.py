@@ -23,7 +23,7 @@ from . import _checks as chk
 from . import _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
 from ._executor import SerialExecutor, Work
-from ._mpi import MPITransport, mpi
+from ._mpi import MPITransport
 from ._log import configure as configure_logging
 from ._log import logger
 from ._plugins import manager
@@ -104,31 +104,31 @@ class Communicator:
 
     def __init__(self, uid, rank: int, size: int, *, platform: str | None = None,
                  timeout: float | None = None):
-        from ._uniqueid import comm_from_unique_id
+        from ._uniqueid import transport_from_unique_id
 
-        self._setup(comm_from_unique_id(uid, rank, size, timeout), platform, owned=True)
+        self._setup(transport_from_unique_id(uid, rank, size, timeout), platform)
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, platform: str | None = None) -> "Communicator":
         """A communicator over the ranks of an mpi4py communicator (which is duplicated,
         so the caller's keeps working independently)."""
+        return cls._over(MPITransport(mpi_comm), platform)
+
+    @classmethod
+    def _over(cls, transport, platform: str | None = None) -> "Communicator":
         self = cls.__new__(cls)
-        self._setup(mpi_comm, platform, owned=False)
+        self._setup(transport, platform)
         return self
 
-    def _setup(self, mpi_comm, platform, owned: bool) -> None:
-        MPI = mpi()
+    def _setup(self, transport, platform) -> None:
+        """Take ownership of ``transport`` (MPITransport or TCPTransport)."""
         mgr = manager()
         record, why = mgr.choose(platform)
         self._backend = mgr.backend(record)
         self.platform_reason = why
-        self._t = MPITransport(mpi_comm)
+        self._t = transport
         configure_logging(self._t.rank)
-        node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
-        node.Free()
-        if owned:
-            mpi_comm.Free()
+        self.local_rank, self.local_size = transport.node()
         self.rank, self.size = self._t.rank, self._t.size
         ndev = max(1, len(record.probe.get("devices") or ()))
         self.device = self.local_rank % ndev
@@ -142,7 +142,7 @@ class Communicator:
         self._hdr_view = memoryview(self._hdr)  # element writes without numpy's per-call overhead
         single_host = self.local_size == self.size
         self._engine, shm_reason = _shm_attach(self, single_host)
-        self._tuner = Tuner(self.size, single_host, self._engine is not None, shm_reason)
+        self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
@@ -235,14 +235,9 @@ class Communicator:
                 raise InvalidArgument(f"must be an int{' >= 0 or uniccl.UNDEFINED' if name == 'color' else ''}, "
                                       f"got {value!r}", op="split", rank=self.rank, argument=name)
         self._executor.drain()
-        MPI = mpi()
         with self._lock:
-            new = self._t.ctrl.Split(MPI.UNDEFINED if color == UNDEFINED else color, key)
-        if new == MPI.COMM_NULL:
-            return None
-        sub = Communicator.__new__(Communicator)
-        sub._setup(new, self.platform, owned=True)
-        return sub
+            new = self._t.split(color, key)
+        return None if new is None else Communicator._over(new, self.platform)
 
     def stats(self) -> dict:
         return {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
@@ -301,11 +296,11 @@ class Communicator:
         if self._engine is not None:
             self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
         else:
-            self._t.ctrl.Allgather(hdr, hdrs)
+            self._t.allgather_array(hdr, hdrs)
         if plan.error is None and hdrs.tobytes() == hdr.tobytes() * self.size:
             return  # the common case: everyone made the same valid call
         if hdrs[:, _H_ERR].any():
-            errors = self._t.ctrl.allgather(plan.error)
+            errors = self._t.allgather_obj(plan.error)
             if plan.error is not None:
                 raise plan.error
             bad = int(np.flatnonzero(hdrs[:, _H_ERR])[0])

@@ -1,15 +1,50 @@
 """``uniccl.init()``: the world communicator of the current job."""
 from __future__ import annotations
 
+import os
+
 from ._communicator import Communicator
-from ._mpi import mpi
+from ._errors import InvalidArgument
+
+# Variables that MPI launchers (MPICH's hydra, Open MPI's prterun, PMIx) give their ranks.
+_MPI_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def under_mpi_launcher() -> bool:
+    return any(v in os.environ for v in _MPI_LAUNCHER_VARS)
+
+
+def bootstrap() -> str:
+    """How this process finds its peers: "mpi" or "tcp".
+
+    ``UNICCL_BOOTSTRAP`` decides when set; otherwise a process started by an MPI
+    launcher uses MPI, one started by ``uniccl run``'s own launchers (which set
+    ``UNICCL_RENDEZVOUS``) uses TCP, and a lone process uses MPI's singleton world.
+    """
+    forced = os.environ.get("UNICCL_BOOTSTRAP", "").strip().lower()
+    if forced:
+        if forced not in ("mpi", "tcp"):
+            raise InvalidArgument(f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init",
+                                  argument="UNICCL_BOOTSTRAP")
+        return forced
+    if under_mpi_launcher():
+        return "mpi"
+    return "tcp" if "UNICCL_RENDEZVOUS" in os.environ else "mpi"
 
 
 def init(platform: str | None = None) -> Communicator:
     """Communicator over every rank of the job.
 
-    Under ``mpiexec`` (MPICH or Open MPI) that is MPI's world; a plain single
-    process gets a communicator of size 1.  ``platform`` forces the plugin like
-    ``UNICCL_PLATFORM`` does.
+    Under ``mpiexec`` (MPICH or Open MPI, also via ``uniccl run --launcher mpi``)
+    that is MPI's world; under ``uniccl run``'s local, ssh or slurm launchers the
+    ranks meet at the launcher's rendezvous and connect over TCP (shared memory
+    within a host); a plain single process gets a communicator of size 1.
+    ``platform`` forces the plugin like ``UNICCL_PLATFORM`` does.
     """
+    if bootstrap() == "tcp":
+        from ._tcp import world_from_env
+
+        return Communicator._over(world_from_env(), platform)
+    from ._mpi import mpi
+
     return Communicator.from_mpi(mpi().COMM_WORLD, platform=platform)

@@ -91,6 +91,34 @@ class MPITransport:
                                       f"({nbytes} bytes)", op=op, rank=rank, argument="buf") from None
             raise InternalError(f"MPI {op} with rank {peer} failed: {exc}", op=op, rank=rank) from None
 
+    # control: small agreement traffic, the same interface as TCPTransport's
+    def bcast_obj(self, obj, root: int = 0):
+        return self.ctrl.bcast(obj, root=root)
+
+    def allgather_obj(self, obj) -> list:
+        return self.ctrl.allgather(obj)
+
+    def allgather_array(self, arr, out) -> None:
+        self.ctrl.Allgather(arr, out)
+
+    def split(self, color: int, key: int) -> "MPITransport | None":
+        """Ranks of one ``color`` ordered by (key, rank); a negative colour gets None."""
+        new = self.ctrl.Split(self.MPI.UNDEFINED if color < 0 else color, key)
+        if new == self.MPI.COMM_NULL:
+            return None
+        try:
+            return MPITransport(new)
+        finally:
+            new.Free()
+
+    def node(self) -> tuple[int, int]:
+        """(local rank, local size): position among this communicator's ranks on this host."""
+        node = self.ctrl.Split_type(self.MPI.COMM_TYPE_SHARED)
+        try:
+            return node.Get_rank(), node.Get_size()
+        finally:
+            node.Free()
+
     def free(self) -> None:
         for c in (self.data, self.p2p, self.ctrl):
             if c != self.MPI.COMM_NULL:

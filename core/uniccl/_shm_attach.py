@@ -21,9 +21,10 @@ def shm_attach(comm, single_host: bool):
         return None, "a single rank needs no transport"
     if not single_host:
         return None, "ranks span hosts"
-    if os.environ.get("UNICCL_TRANSPORT", "").strip().lower() == "mpi":
-        return None, "UNICCL_TRANSPORT=mpi"
-    ctrl = comm._t.ctrl
+    forced = os.environ.get("UNICCL_TRANSPORT", "").strip().lower()
+    if forced in ("mpi", "tcp"):
+        return None, f"UNICCL_TRANSPORT={forced}"
+    t = comm._t
     engine, reason = None, ""
     kernel_hook = comm._backend.host_reduce_kernel
     kernel = kernel_hook() if kernel_hook is not None else None
@@ -44,13 +45,13 @@ def shm_attach(comm, single_host: bool):
             engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout)
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
-    name = ctrl.bcast(name, root=0)
+    name = t.bcast_obj(name, root=0)
     if comm.rank != 0 and name is not None:
         try:
             engine = ShmEngine(name, comm.rank, comm.size, False, slot, kernel, timeout)
         except Exception as exc:
             reason = f"rank {comm.rank} cannot attach {name}: {exc}"
-    reasons = ctrl.allgather(reason)
+    reasons = t.allgather_obj(reason)
     if comm.rank == 0 and engine is not None:
         engine.unlink()  # everyone attached (or gave up): the name is no longer needed
     failed = [r for r in reasons if r]

@@ -1,11 +1,13 @@
 """Choose transport and algorithm per (collective, bytes, ranks, topology).
 
 Rules, in order:
-1. ``UNICCL_TRANSPORT=mpi|shm`` forces the transport (shm only where all ranks
-   share a host and the engine could attach).
+1. ``UNICCL_TRANSPORT=shm|mpi|tcp`` forces the transport (shm only where all
+   ranks share a host and the engine could attach; mpi or tcp only when the
+   communicator was bootstrapped by that one: MPI launchers give MPI,
+   ``uniccl run``'s own launchers and unique ids outside MPI give TCP).
 2. ``UNICCL_ALGO="all_reduce:ring;broadcast:tree"`` forces algorithms (``*`` = any).
 3. Otherwise ranks on one host use the shared-memory engine; across hosts the
-   MPI transport runs the algorithm the alpha-beta-gamma cost model predicts
+   point-to-point transport (MPI or TCP) runs the algorithm the alpha-beta-gamma cost model predicts
    fastest, with constants measured on the reference machine (see
    docs/performance.md for the command that measures them).
 Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
@@ -19,17 +21,19 @@ from typing import NamedTuple
 from ._errors import InvalidArgument
 from ._log import logger
 
+_P2P = {
+    "all_reduce": ("ring", "recursive_doubling"),
+    "reduce": ("tree",),
+    "broadcast": ("tree",),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "all_to_all": ("pairwise",),
+    "gather": ("linear",),
+    "scatter": ("linear",),
+}
 ALGORITHMS = {
-    "mpi": {
-        "all_reduce": ("ring", "recursive_doubling"),
-        "reduce": ("tree",),
-        "broadcast": ("tree",),
-        "all_gather": ("ring",),
-        "reduce_scatter": ("ring",),
-        "all_to_all": ("pairwise",),
-        "gather": ("linear",),
-        "scatter": ("linear",),
-    },
+    "mpi": _P2P,
+    "tcp": _P2P,
     "shm": {c: ("shm",) for c in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter",
                                    "all_to_all", "gather", "scatter")},
 }
@@ -66,14 +70,19 @@ def cost_all_reduce(algorithm: str, nbytes: int, n: int) -> float:
 
 
 class Tuner:
-    def __init__(self, size: int, single_host: bool, shm_ready: bool, shm_reason: str = ""):
-        self.size = size
+    def __init__(self, size: int, p2p: str, shm_ready: bool, shm_reason: str = ""):
+        """``p2p``: the communicator's point-to-point transport, "mpi" or "tcp"."""
+        self.size, self.p2p = size, p2p
         forced = os.environ.get("UNICCL_TRANSPORT", "").strip().lower()
-        if forced not in ("", "mpi", "shm"):
-            raise InvalidArgument(f"UNICCL_TRANSPORT must be 'mpi' or 'shm', got {forced!r}", op="init",
+        if forced not in ("", "mpi", "tcp", "shm"):
+            raise InvalidArgument(f"UNICCL_TRANSPORT must be 'shm', 'mpi' or 'tcp', got {forced!r}", op="init",
                                   argument="UNICCL_TRANSPORT")
         if size < 2:
             forced = ""  # nothing to transport: any forced choice is moot
+        if forced in ("mpi", "tcp") and forced != p2p:
+            raise InvalidArgument(f"UNICCL_TRANSPORT={forced} but this communicator was bootstrapped over {p2p} "
+                                  f"({'an MPI launcher' if p2p == 'mpi' else 'uniccl run or a unique id'})",
+                                  op="init", argument="UNICCL_TRANSPORT")
         if forced == "shm" and not shm_ready:
             raise InvalidArgument(f"UNICCL_TRANSPORT=shm but the shared-memory engine is not usable: "
                                   f"{shm_reason}", op="init", argument="UNICCL_TRANSPORT")
@@ -84,7 +93,7 @@ class Tuner:
         elif shm_ready:
             self.transport, self.transport_why = "shm", "all ranks on one host"
         else:
-            self.transport, self.transport_why = "mpi", shm_reason or "ranks span hosts"
+            self.transport, self.transport_why = p2p, shm_reason or "ranks span hosts"
         self.rules = parse_rules(os.environ.get("UNICCL_ALGO", ""))
         for coll, algo in self.rules.items():
             known = {a for t in ALGORITHMS.values() for c, algos in t.items() if coll in (c, "*") for a in algos}
@@ -106,7 +115,7 @@ class Tuner:
     def _decide(self, coll: str, nbytes: int) -> Choice:
         forced = self.rules.get(coll) or self.rules.get("*")
         if forced:
-            transport = next((t for t in (self.transport, "mpi") if forced in ALGORITHMS[t][coll]), None)
+            transport = next((t for t in (self.transport, self.p2p) if forced in ALGORITHMS[t][coll]), None)
             if transport is not None:
                 return Choice(transport, forced, f"UNICCL_ALGO {coll}:{forced}")
         options = ALGORITHMS[self.transport][coll]
@@ -116,5 +125,5 @@ class Tuner:
             costs = {a: cost_all_reduce(a, nbytes, self.size) for a in ("ring", "recursive_doubling")}
             best = min(costs, key=costs.get)
             detail = ", ".join(f"{a} {c * 1e6:.1f} us" for a, c in sorted(costs.items(), key=lambda kv: kv[1]))
-            return Choice("mpi", best, f"cost model: {detail}")
-        return Choice("mpi", options[0], "the only point-to-point algorithm for it")
+            return Choice(self.p2p, best, f"cost model: {detail}")
+        return Choice(self.p2p, options[0], "the only point-to-point algorithm for it")

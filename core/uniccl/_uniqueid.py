@@ -4,10 +4,10 @@
 ``ncclGetUniqueId`` starts its bootstrap root); the id carries its address and
 a random secret.  Each rank proves it knows the secret (HMAC of a server nonce,
 so the secret never crosses the wire), reports its MPI world rank, and gets
-every rank's back; the ranks then form their MPI communicator with
-``MPI_Comm_create_group`` over just those world ranks.
-
-The ranks must therefore belong to one MPI job (one ``mpiexec``/``uniccl run``).
+every rank's back.  Inside one MPI job the ranks then form their MPI
+communicator with ``MPI_Comm_create_group`` over just those world ranks;
+otherwise (``uniccl run``'s own launchers, or processes started any other way)
+they connect a TCP mesh among themselves (:mod:`uniccl._tcp`).
 """
 from __future__ import annotations
 
@@ -177,9 +177,9 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
     return answer["table"]
 
 
-def comm_from_unique_id(uid, rank: int, size: int, timeout: float | None):
-    """Build the MPI communicator of the ranks that joined ``uid``."""
-    from ._mpi import mpi
+def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
+    """The transport of the ranks that joined ``uid``: MPI inside an MPI job, else TCP."""
+    from ._init import bootstrap
 
     if isinstance(uid, (bytes, bytearray)):
         uid = UniqueId.from_bytes(bytes(uid))
@@ -192,11 +192,17 @@ def comm_from_unique_id(uid, rank: int, size: int, timeout: float | None):
     if size < 1 or not 0 <= rank < size:
         raise InvalidArgument(f"rank must be in [0, size) with size >= 1, got rank={rank} size={size}",
                               op="init", rank=rank, argument="rank")
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    if bootstrap() == "tcp":
+        from ._tcp import Mesh, TCPTransport, derive_context
+
+        return TCPTransport(Mesh(uid, rank, size, timeout), list(range(size)), derive_context(1, 0, 0))
+    from ._mpi import MPITransport, mpi
+
     MPI = mpi()
     world = MPI.COMM_WORLD
     table = rendezvous(uid, rank, size, {"world_rank": world.Get_rank(), "world_size": world.Get_size(),
-                                         "host": socket.gethostname()},
-                       DEFAULT_TIMEOUT if timeout is None else timeout)
+                                         "host": socket.gethostname()}, timeout)
     world_ranks = [t["world_rank"] for t in table]
     if len(set(world_ranks)) != size or len({t["world_size"] for t in table}) != 1:
         raise InvalidUsage("the ranks of this unique id are not processes of one MPI job (world ranks "
@@ -204,6 +210,10 @@ def comm_from_unique_id(uid, rank: int, size: int, timeout: float | None):
                            op="init", rank=rank)
     group = world.Get_group().Incl(world_ranks)
     try:
-        return world.Create_group(group, tag=0)
+        comm = world.Create_group(group, tag=0)
     finally:
         group.Free()
+    try:
+        return MPITransport(comm)
+    finally:
+        comm.Free()

@@ -1,4 +1,4 @@
-"""The ``uniccl`` command: ``uniccl info``, ``uniccl bench``."""
+"""The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,7 @@ def _info(args) -> int:
 
 def main(argv=None) -> int:
     from . import _bench
+    from . import _examples, _run
 
     parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +26,12 @@ def main(argv=None) -> int:
     p = sub.add_parser("bench", help="nccl-tests style collective benchmark")
     _bench.add_arguments(p)
     p.set_defaults(func=_bench.main)
+    p = sub.add_parser("run", help="launch a job: local, mpi, ssh or slurm launcher")
+    _run.add_arguments(p)
+    p.set_defaults(func=_run.main)
+    p = sub.add_parser("examples", help="run examples/*.py under the launcher; one log each, a summary table")
+    _examples.add_arguments(p)
+    p.set_defaults(func=_examples.main)
     args = parser.parse_args(argv)
     return args.func(args)
 

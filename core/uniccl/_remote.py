@@ -1,0 +1,163 @@
+"""``uniccl run``'s ssh launcher: one agent per node, driven from here.
+
+Order of work: check every node answers (nothing is launched if one does not),
+optionally ``--sync`` and ``--build`` on all nodes at once, host the rendezvous,
+start ``python -m uniccl._agent`` on each node over ssh and hand it its job spec
+(ranks, program, environment, secret) on stdin.  The agents stream their ranks'
+prefixed output back; the first failure any agent reports stops every node.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import _agent, _cluster, _ssh
+from ._run import _finish, _forward_signals, _Rendezvous, _say
+from ._tcp import route_address
+
+_STOP_WAIT_S = _agent.GRACE_S + 7  # an agent's own stop, plus the ssh round trip
+
+
+class _Agent:
+    """The ssh process running one node's agent, and a thread relaying its output."""
+
+    def __init__(self, node, ranks, argv, events: queue.Queue):
+        self.node, self.ranks, self.events = node, ranks, events
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self.err_tail: list[str] = []
+        self.status = None
+        threading.Thread(target=self._relay, daemon=True).start()
+        threading.Thread(target=self._relay_err, daemon=True).start()
+
+    def send(self, text: str) -> None:
+        try:
+            self.proc.stdin.write(text.encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # already gone: its exit is reported by the relay thread
+
+    def _relay(self) -> None:
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode(errors="replace")
+            if line.startswith(_agent.STATUS_MARK):
+                self.status = json.loads(line[len(_agent.STATUS_MARK):])
+                self.events.put((self, self.status))
+            else:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        code = self.proc.wait()
+        if self.status is None:  # the agent died or ssh lost the node before it could report
+            tail = "; ".join(self.err_tail[-3:]) or "no output"
+            self.events.put((self, {"state": "failed", "failure": {
+                "rank": self.ranks[0] if self.ranks else -1, "host": self.node.label, "pid": None, "code": code,
+                "exit_status": _agent.exit_status(code) or 255, "last_lines": self.err_tail[-10:],
+                "why": f"(node {self.node.label}: ssh/agent {_agent.describe_exit(code)}: {tail})"}}))
+        else:
+            self.events.put((self, {"state": "exited"}))
+
+    def _relay_err(self) -> None:
+        for raw in iter(self.proc.stderr.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.err_tail = (self.err_tail + [line])[-20:]
+            sys.stderr.write(f"[{self.node.label}] {line}\n")
+            sys.stderr.flush()
+
+
+def _prepare(args, nodes) -> bool:
+    """Reachability, then --sync and --build; False (with the reasons said) if any node fails."""
+    t0 = time.monotonic()
+    bad = _ssh.check_reachable(nodes, timeout=10)
+    if bad:
+        for host, why in bad.items():
+            _say(f"node {host} is unreachable: {why}")
+        _say(f"{len(bad)} of {len(nodes)} nodes unreachable; nothing was launched")
+        return False
+    _say(f"all {len(nodes)} nodes answer ({time.monotonic() - t0:.1f} s)")
+    for step, fn in (("sync", _ssh.sync), ("build", _ssh.build)):
+        if getattr(args, step):
+            failures = fn(nodes, args.project, progress=_ssh.print_progress)
+            if failures:
+                for host, why in failures.items():
+                    _say(f"{step} failed on {host}: {why}")
+                _say("nothing was launched")
+                return False
+    return True
+
+
+def run_ssh(args, nodes, argv, env, why) -> int:
+    for node in nodes:
+        node.ssh_options = [*node.ssh_options, *args.ssh_option]
+        if args.python:
+            node.python = args.python
+    placement = _cluster.assign_ranks(nodes, args.n, oversubscribe=args.oversubscribe)
+    world = sum(len(r) for r in placement)
+    if not _prepare(args, nodes):
+        return 255
+    addr = args.rendezvous_addr or route_address(nodes[0].host)
+    rdv = _Rendezvous(addr, (args.timeout or 3600) + 60)
+    used = [(node, ranks) for node, ranks in zip(nodes, placement) if ranks]
+    _say(f"launcher ssh ({why}): {world} ranks on {len(used)} nodes "
+         f"({', '.join(f'{n.label}:{len(r)}' for n, r in used)}), rendezvous {addr}")
+    events: queue.Queue = queue.Queue()
+    agents = []
+    for k, (node, ranks) in enumerate(used):
+        spec = {"ranks": ranks, "world_size": world, "argv": argv, "node_rank": k, "nnodes": len(used),
+                "host": node.label, "prefix": args.prefix, "log_dir": args.log_dir, "secret": rdv.secret,
+                "env": {**env, **rdv.env, "UNICCL_BOOTSTRAP": "tcp"}}
+        agent = _Agent(node, ranks, _ssh.ssh_argv(node, [node.python or "python3", "-m", "uniccl._agent"],
+                                                   env=env), events)
+        agent.send(json.dumps(spec) + "\n")
+        agents.append(agent)
+    caught: list = []
+    stop = threading.Event()
+    old = _forward_signals(lambda sig, _f: (caught.append(sig), stop.set(), events.put((None, None))))
+    try:
+        state, failure = _watch(agents, events, stop, args.timeout, world)
+    finally:
+        _stop_all(agents)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    return _finish(state, failure, args.timeout, caught)
+
+
+def _watch(agents, events, stop, timeout, world):
+    deadline = time.monotonic() + timeout if timeout else None
+    finished = 0
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            agent, status = events.get(timeout=wait)
+        except queue.Empty:
+            return "timeout", None
+        if stop.is_set():
+            return "stopped", None
+        state = status.get("state")
+        if state == "failed":
+            _agent.failure_report(status["failure"], world)
+            return "failed", status["failure"]
+        if state == "exited":
+            finished += 1
+            if finished == len(agents):
+                return "done", None
+        elif state in ("timeout", "stopped"):
+            return state, None
+
+
+def _stop_all(agents) -> None:
+    """Ask every agent to stop its ranks; kill the ssh processes that do not end in time."""
+    for agent in agents:
+        agent.send("stop\n")
+    deadline = time.monotonic() + _STOP_WAIT_S
+    for agent in agents:
+        try:
+            agent.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _agent._killpg(agent.proc.pid, signal.SIGKILL)  # ssh dies, the agent sees EOF and stops
+            agent.proc.wait()
+

@@ -1,0 +1,282 @@
+"""``uniccl run``: start a job from one process to many nodes.
+
+Launchers:
+- ``local``: N processes here; the launcher hosts the rendezvous, ranks connect
+  over TCP and use shared memory between them.  No MPI involved.
+- ``mpi``: the installed ``mpiexec`` (MPICH's hydra or Open MPI's prterun) with
+  the right flags for its flavour; ranks use MPI.
+- ``ssh``: our own multi-node orchestration: one agent per node over OpenSSH
+  (BatchMode, every argument quoted), the job spec and secret on the agent's
+  stdin; ranks meet at the launcher's rendezvous and use TCP across nodes.
+- ``slurm``: ``srun`` inside an allocation, ranks bootstrap over TCP.
+- ``auto``: ssh when hosts are given, slurm inside an allocation, else local.
+
+The first rank that fails stops the job: the launcher names the rank, host and
+exit code or signal, prints its last lines, and exits with its status.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+from . import _agent
+from ._errors import InvalidArgument, UnicclError
+
+TIMEOUT_STATUS = 124
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--np", dest="n", type=int, default=None, help="number of ranks (default: 1, or "
+                   "the slots of the hosts)")
+    p.add_argument("--launcher", choices=("auto", "local", "mpi", "ssh", "slurm"), default="auto")
+    p.add_argument("--hosts", help="h1:4,h2:4 (host:slots) for ssh or mpi")
+    p.add_argument("--hostfile", help="MPICH (host:4) or Open MPI (host slots=4) host file")
+    p.add_argument("--cluster", help="cluster.yaml: per-node host, user, port, slots, workdir, platform, env, python")
+    p.add_argument("--sync", action="store_true", help="copy the current project to each node first (rsync over ssh)")
+    p.add_argument("--build", action="store_true", help="install uniccl into a per-node virtual environment first")
+    p.add_argument("--project", default=".", help="the project folder --sync and --build use (default: .)")
+    p.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds (exit 124)")
+    p.add_argument("--log-dir", help="also write one log file per rank into this folder")
+    p.add_argument("--no-prefix", dest="prefix", action="store_false", help="do not prefix output lines by [rank]")
+    p.add_argument("-x", "--env", action="append", default=[], metavar="K=V|K",
+                   help="set (K=V) or forward (K) an environment variable on every rank")
+    p.add_argument("--python", help="interpreter on the nodes (ssh; default: the per-node venv after --build, "
+                   "else python3)")
+    p.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
+                   help="extra ssh argument, repeatable (e.g. --ssh-option=-i --ssh-option=key)")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
+    p.add_argument("--rendezvous-addr", help="address the ranks reach this launcher at (default: the route to "
+                   "the first node)")
+    p.add_argument("program", help="executable or .py file")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+
+
+def _user_env(items: list[str]) -> dict:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not _ENV_NAME.fullmatch(key):
+            raise InvalidArgument(f"not an environment variable name: {key!r}", op="run", argument="--env")
+        env[key] = value if sep else os.environ.get(key, "")
+    return env
+
+
+def _say(msg: str) -> None:
+    sys.stderr.write(f"uniccl run: {msg}\n")
+    sys.stderr.flush()
+
+
+def _nodes(args):
+    from . import _cluster
+
+    sources = [s for s in ("hosts", "hostfile", "cluster") if getattr(args, s)]
+    if len(sources) > 1:
+        raise InvalidArgument(f"give one of --hosts, --hostfile, --cluster (got {', '.join(sources)})", op="run",
+                              argument="--" + sources[1])
+    if args.hosts:
+        return _cluster.parse_hosts(args.hosts)
+    if args.hostfile:
+        return _cluster.parse_hostfile(args.hostfile)
+    if args.cluster:
+        return _cluster.load_cluster(args.cluster)
+    return None
+
+
+def pick_launcher(args, nodes) -> tuple[str, str]:
+    if args.launcher != "auto":
+        return args.launcher, "--launcher"
+    if nodes:
+        return "ssh", "hosts were given"
+    if os.environ.get("SLURM_JOB_ID") and shutil.which("srun"):
+        return "slurm", f"inside Slurm allocation {os.environ['SLURM_JOB_ID']}"
+    return "local", "no hosts given: every rank on this host, no MPI needed"
+
+
+def main(args) -> int:
+    try:
+        nodes = _nodes(args)
+        launcher, why = pick_launcher(args, nodes)
+        if args.n is not None and args.n < 1:
+            raise InvalidArgument(f"must be >= 1, got {args.n}", op="run", argument="-n")
+        env = _user_env(args.env)
+        argv = [args.program, *args.args]
+        if launcher == "local":
+            n = args.n or 1
+            _say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
+            return run_local(n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir)
+        if launcher == "mpi":
+            return run_mpi(args, nodes, argv, env, why)
+        if launcher == "slurm":
+            return run_slurm(args, argv, env, why)
+        if not nodes:
+            raise InvalidArgument("the ssh launcher needs --hosts, --hostfile or --cluster", op="run",
+                                  argument="--launcher")
+        from ._remote import run_ssh
+
+        return run_ssh(args, nodes, argv, env, why)
+    except UnicclError as exc:
+        _say(f"error: {exc}")
+        return 2
+
+
+# ------------------------------------------------------------------ local
+class _Rendezvous:
+    """The job's rendezvous, hosted by the launcher so it outlives any rank."""
+
+    def __init__(self, addr: str, timeout: float):
+        from ._uniqueid import get_unique_id
+
+        self.uid = get_unique_id(timeout)
+        self.uid.host = addr
+        self.env = {"UNICCL_RENDEZVOUS": f"{addr}:{self.uid.port}"}
+        self.secret = self.uid.secret.hex()
+
+
+def _forward_signals(handler) -> dict:
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def run_local(n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None) -> int:
+    rdv = _Rendezvous("127.0.0.1", (timeout or 3600) + 60)
+    job = _agent.NodeJob(list(range(n)), n, argv, {**env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
+                         prefix=prefix, log_dir=log_dir)
+    stop = threading.Event()
+    caught = []
+    old = _forward_signals(lambda sig, _f: (caught.append(sig), stop.set()))
+    try:
+        state = job.run(timeout, stop, on_failure=lambda f: _agent.failure_report(f, n))
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    return _finish(state, job.failure, timeout, caught)
+
+
+def _finish(state: str, failure, timeout, caught) -> int:
+    if state == "done":
+        return 0
+    if state == "failed":
+        return failure.get("exit_status") or 1
+    if state == "timeout":
+        _say(f"timeout: the job did not finish within {timeout:g} s; stopped every rank")
+        return TIMEOUT_STATUS
+    sig = caught[0] if caught else signal.SIGTERM
+    _say(f"stopped by {signal.Signals(sig).name}; stopped every rank")
+    return 128 + int(sig)
+
+
+# -------------------------------------------------------------------- mpi
+def mpiexec_flavour(exe: str) -> str:
+    text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return "openmpi" if ("Open MPI" in text or "OpenRTE" in text or "prte" in text.lower()) else "mpich"
+
+
+def find_mpiexec() -> str:
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = here if os.path.exists(here) else shutil.which("mpiexec")
+    if not exe:
+        raise InvalidArgument("no mpiexec next to this Python or on PATH (install mpich or openmpi)", op="run",
+                              argument="--launcher")
+    return exe
+
+
+def mpi_command(exe: str, flavour: str, n: int, argv: list[str], env: dict, *, hosts=None, hostfile=None,
+                oversubscribe=False, prefix=True) -> list[str]:
+    """The mpiexec command line: every rank runs our wrapper, which maps MPI's rank
+    variables to UNICCL_* and prefixes output; ``env`` goes through the launcher's own
+    forwarding (never expanded by a shell)."""
+    cmd = [exe]
+    wrapper = [sys.executable, "-m", "uniccl._agent", "--rank-from-env", "--", *argv]
+    env = dict(env, UNICCL_PREFIX="1" if prefix else "0")
+    if flavour == "openmpi":
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        if oversubscribe or not (hosts or hostfile):
+            cmd.append("--oversubscribe")
+        if hosts:
+            cmd += ["--host", hosts]
+        if hostfile:
+            cmd += ["--hostfile", hostfile]
+        for key, value in env.items():
+            cmd += ["-x", f"{key}={value}"]
+        for key in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "UNICCL_DEBUG", "UNICCL_PLATFORM"):
+            if key in os.environ and key not in env:
+                cmd += ["-x", key]
+    else:
+        if hosts:
+            cmd += ["-hosts", hosts]
+        if hostfile:
+            cmd += ["-f", hostfile]
+        for key, value in env.items():
+            cmd += ["-genv", key, value]
+    return cmd + ["-n", str(n), *wrapper]
+
+
+def run_mpi(args, nodes, argv, env, why) -> int:
+    exe = find_mpiexec()
+    flavour = mpiexec_flavour(exe)
+    n = args.n or (sum(nd.slots for nd in nodes) if nodes else 1)
+    hosts = ",".join(f"{nd.host}:{nd.slots}" for nd in nodes) if nodes and not args.hostfile else None
+    cmd = mpi_command(exe, flavour, n, argv, env, hosts=hosts, hostfile=args.hostfile,
+                      oversubscribe=args.oversubscribe, prefix=args.prefix)
+    _say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
+    return _run_child(cmd, args.timeout)
+
+
+def _run_child(cmd, timeout) -> int:
+    """Run a launcher (mpiexec, srun) in its own process group; forward signals; time out."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    caught = []
+
+    def forward(sig, _frame):
+        caught.append(sig)
+        _agent._killpg(proc.pid, sig)
+
+    old = _forward_signals(forward)
+    try:
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _say(f"timeout: the job did not finish within {timeout:g} s; stopping it")
+            _agent._killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(_agent.GRACE_S)
+            except subprocess.TimeoutExpired:
+                _agent._killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return TIMEOUT_STATUS
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    return _agent.exit_status(code)
+
+
+# ------------------------------------------------------------------ slurm
+def slurm_command(n: int, argv: list[str], prefix: bool) -> list[str]:
+    return ["srun", "-n", str(n), "--kill-on-bad-exit=1", "--export=ALL",
+            sys.executable, "-m", "uniccl._agent", "--rank-from-env", "--", *argv]
+
+
+def run_slurm(args, argv, env, why) -> int:
+    import socket
+
+    from ._tcp import route_address
+
+    n = args.n or int(os.environ.get("SLURM_NTASKS", 1))
+    addr = args.rendezvous_addr or route_address(socket.gethostname())
+    rdv = _Rendezvous(addr, (args.timeout or 3600) + 60)
+    # srun copies this environment to every task (--export=ALL): the secret stays off command lines
+    os.environ.update(env, **rdv.env, UNICCL_JOB_SECRET=rdv.secret, UNICCL_BOOTSTRAP="tcp",
+                      UNICCL_PREFIX="1" if args.prefix else "0")
+    _say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
+    return _run_child(slurm_command(n, argv, args.prefix), args.timeout)
+

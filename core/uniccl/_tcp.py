@@ -1,0 +1,417 @@
+"""TCP as a transport: ranks connect without MPI, on one host or across hosts.
+
+The *mesh* is one authenticated socket per pair of ranks of a job, set up once
+from a rendezvous (:mod:`uniccl._uniqueid`): every rank listens, publishes its
+address, connects to the lower ranks and accepts the higher ones.  A reader
+thread per peer always drains its socket, so a sender blocked in ``sendall``
+always makes progress and ``isend`` can simply send in the caller's thread.
+
+Messages carry (context, tag, length); a receive matches the oldest message of
+its (peer, context, tag), as MPI matches (source, tag, communicator).  Every
+communicator (the world, each ``split``) is a :class:`TCPTransport` with its own
+contexts over the same mesh.  A peer whose connection drops fails every pending
+and later receive from it at once, naming the rank and host: a dead rank never
+leaves the others hanging.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import hmac
+import os
+import pickle
+import secrets
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+
+from ._errors import InternalError, InvalidArgument, RemoteError, Timeout
+
+_HDR = struct.Struct("<QIQ")  # context, tag, payload bytes
+_HELLO = struct.Struct("<I32s")  # connecting rank, HMAC(secret, acceptor nonce + rank)
+_INLINE = 64 * 1024  # payloads up to this size go out in one send with their header
+DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's three dup'ed comms
+_CTRL_TAG_BASE = 1 << 30
+
+
+def _view(ptr: int, nbytes: int) -> memoryview:
+    return memoryview((ctypes.c_char * nbytes).from_address(ptr)).cast("B")
+
+
+def _recv_into(sock, view: memoryview) -> None:
+    while view.nbytes:
+        got = sock.recv_into(view)
+        if not got:
+            raise ConnectionError("connection closed")
+        view = view[got:]
+
+
+def host_key() -> str:
+    """What makes two ranks "on one host": the hostname and the network namespace
+    (namespaces on one machine act as separate hosts, as in the launcher's tests)."""
+    try:
+        ns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        ns = 0
+    return f"{socket.gethostname()}/{ns}"
+
+
+def route_address(target_host: str) -> str:
+    """This machine's address on the route to ``target_host`` (what peers can reach)."""
+    forced = os.environ.get("UNICCL_HOST_ADDR")
+    if forced:
+        return forced
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target_host, 9))  # UDP connect sends nothing; it only picks the route
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class _Recv:
+    """A posted receive: into memory at ``ptr`` (``nbytes`` max) or, ptr None, into bytes."""
+
+    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data")
+
+    def __init__(self, ptr, nbytes):
+        self.ptr, self.nbytes = ptr, nbytes
+        self.done = threading.Event()
+        self.error = None
+        self.truncated = False
+        self.data = None
+
+
+_SENT = None  # sends complete in the caller's thread: their request is nothing to wait for
+
+
+class Mesh:
+    """Sockets to every other rank of the job and the matching of incoming messages."""
+
+    def __init__(self, uid, rank: int, size: int, timeout: float):
+        from ._uniqueid import rendezvous
+
+        self.rank, self.size = rank, size
+        self.timeout = float(os.environ.get("UNICCL_TIMEOUT", 0) or 0)
+        addr = route_address(uid.host)
+        listener = socket.create_server(("", 0), backlog=max(8, size))
+        payload = {"addr": addr, "port": listener.getsockname()[1], "host": host_key(),
+                   "hostname": socket.gethostname(), "pid": os.getpid()}
+        self.table = rendezvous(uid, rank, size, payload, timeout)
+        self.socks: list = [None] * size
+        self.send_locks = [threading.Lock() for _ in range(size)]
+        try:
+            self._connect(uid.secret, listener, timeout)
+        finally:
+            listener.close()
+        self._lock = threading.Lock()
+        self._posted: dict = {}  # (peer, ctx, tag) -> deque of _Recv
+        self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
+        self._dead: dict = {}  # peer -> reason
+        self.worlds = 0  # world communicators made by init(): the n-th has the same context everywhere
+        for peer, sock in enumerate(self.socks):
+            if sock is not None:
+                threading.Thread(target=self._reader, args=(peer, sock), daemon=True,
+                                 name=f"uniccl-tcp-r{rank}-from{peer}").start()
+
+    def where(self, peer: int) -> str:
+        t = self.table[peer]
+        return f"rank {peer} ({t['hostname']} {t['addr']}, pid {t['pid']})"
+
+    def _connect(self, secret: bytes, listener, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for peer in range(self.rank):  # connect to the lower ranks ...
+            t = self.table[peer]
+            try:
+                sock = socket.create_connection((t["addr"], t["port"]), timeout=max(1, deadline - time.monotonic()))
+                nonce = bytearray(16)
+                _recv_into(sock, memoryview(nonce))
+                proof = hmac.new(secret, bytes(nonce) + struct.pack("<I", self.rank), hashlib.sha256).digest()
+                sock.sendall(_HELLO.pack(self.rank, proof))
+            except OSError as exc:
+                raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init",
+                                    rank=self.rank) from None
+            self._adopt(peer, sock)
+        while any(s is None for r, s in enumerate(self.socks) if r > self.rank):  # ... accept the higher
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = [r for r, s in enumerate(self.socks) if s is None and r > self.rank]
+                raise Timeout(f"ranks {missing} did not connect within {timeout:.0f} s", op="init", rank=self.rank)
+            listener.settimeout(remaining)
+            try:
+                sock, _ = listener.accept()
+                sock.settimeout(10)
+                nonce = secrets.token_bytes(16)
+                sock.sendall(nonce)
+                hello = bytearray(_HELLO.size)
+                _recv_into(sock, memoryview(hello))
+                peer, proof = _HELLO.unpack(hello)
+                expect = hmac.new(secret, nonce + struct.pack("<I", peer), hashlib.sha256).digest()
+            except OSError:
+                continue
+            if not hmac.compare_digest(proof, expect) or not self.rank < peer < self.size or self.socks[peer]:
+                sock.close()  # not one of ours: ignore it, keep waiting for the real peer
+                continue
+            self._adopt(peer, sock)
+
+    def _adopt(self, peer: int, sock) -> None:
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.socks[peer] = sock
+
+    # ------------------------------------------------------------------ sending
+    def send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data=None) -> None:
+        if peer == self.rank:
+            payload = bytearray(data if data is not None else _view(ptr, nbytes))
+            self._arrived(peer, ctx, tag, payload)
+            return
+        hdr = _HDR.pack(ctx, tag, nbytes)
+        sock = self.socks[peer]
+        try:
+            with self.send_locks[peer]:
+                if data is not None:
+                    sock.sendall(hdr + data)
+                elif nbytes <= _INLINE:
+                    sock.sendall(hdr + ctypes.string_at(ptr, nbytes))
+                else:
+                    sock.sendall(hdr)
+                    sock.sendall(_view(ptr, nbytes))
+        except OSError as exc:
+            raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
+                              remote_rank=peer, remote_type="ConnectionError") from None
+
+    # ---------------------------------------------------------------- receiving
+    def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
+        req = _Recv(ptr, nbytes)
+        key = (peer, ctx, tag)
+        with self._lock:
+            queue = self._unexpected.get(key)
+            if queue:
+                payload = queue.popleft()
+                if not queue:
+                    del self._unexpected[key]
+            else:
+                if peer in self._dead:
+                    req.error = self._dead[peer]
+                    req.done.set()
+                    return req
+                self._posted.setdefault(key, collections.deque()).append(req)
+                return req
+        self._fill(req, payload)
+        return req
+
+    @staticmethod
+    def _fill(req: _Recv, payload) -> None:
+        if req.ptr is None:
+            req.data = bytes(payload)
+        else:
+            n = min(len(payload), req.nbytes)
+            if n:
+                ctypes.memmove(req.ptr, (ctypes.c_char * n).from_buffer(payload), n)
+            req.truncated = len(payload) > req.nbytes
+        req.done.set()
+
+    def _take_posted(self, key):
+        queue = self._posted.get(key)
+        if not queue:
+            return None
+        req = queue.popleft()
+        if not queue:
+            del self._posted[key]
+        return req
+
+    def _arrived(self, peer, ctx, tag, payload) -> None:
+        key = (peer, ctx, tag)
+        with self._lock:
+            req = self._take_posted(key)
+            if req is None:
+                self._unexpected.setdefault(key, collections.deque()).append(payload)
+                return
+        self._fill(req, payload)
+
+    def _reader(self, peer: int, sock) -> None:
+        hdr = bytearray(_HDR.size)
+        hview = memoryview(hdr)
+        try:
+            while True:
+                _recv_into(sock, hview)
+                ctx, tag, n = _HDR.unpack(hdr)
+                key = (peer, ctx, tag)
+                with self._lock:
+                    req = self._take_posted(key)
+                if req is None or req.ptr is None:
+                    payload = bytearray(n)
+                    _recv_into(sock, memoryview(payload))
+                    if req is None:
+                        self._arrived(peer, ctx, tag, payload)
+                    else:
+                        self._fill(req, payload)
+                    continue
+                m = min(n, req.nbytes)  # straight into the receiver's memory, no copy
+                if m:
+                    _recv_into(sock, _view(req.ptr, m))
+                if n > m:  # longer than the buffer: drain the rest, report truncation
+                    _recv_into(sock, memoryview(bytearray(n - m)))
+                    req.truncated = True
+                req.done.set()
+        except (OSError, ConnectionError) as exc:
+            self._peer_lost(peer, exc)
+
+    def _peer_lost(self, peer: int, exc) -> None:
+        error = RemoteError(f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
+                            rank=self.rank, remote_rank=peer, remote_type="ConnectionError")
+        with self._lock:
+            self._dead[peer] = error
+            keys = [k for k in self._posted if k[0] == peer]
+            reqs = [r for k in keys for r in self._posted.pop(k)]
+        for req in reqs:
+            req.error = error
+            req.done.set()
+
+    def wait(self, req: _Recv, peer_hint: str = "") -> None:
+        if req is _SENT:
+            return
+        if not req.done.wait(self.timeout or None):
+            raise Timeout(f"no message arrived within UNICCL_TIMEOUT={self.timeout:g} s {peer_hint}".rstrip(),
+                          rank=self.rank)
+        if req.error is not None:
+            raise req.error
+
+
+class TCPTransport:
+    """One communicator's view of the mesh: its ranks (world ranks in communicator
+    order) and its contexts.  Same interface as :class:`uniccl._mpi.MPITransport`."""
+
+    name = "tcp"
+    tag_ub = (1 << 30) - 1
+    data, p2p = DATA, P2P
+
+    def __init__(self, mesh: Mesh, members: list[int], ctx: int):
+        self.mesh = mesh
+        self.members = members
+        self.rank = members.index(mesh.rank)
+        self.size = len(members)
+        self.ctx = ctx
+        self._ctrl_seq = 0
+        self._splits = 0
+
+    # -------------------------------------------------------- point to point
+    def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
+        self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes)
+        return _SENT
+
+    def irecv(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
+        return self.mesh.post(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes)
+
+    def wait(self, req) -> None:
+        self.mesh.wait(req)
+
+    def waitall(self, reqs) -> None:
+        for req in reqs:
+            self.mesh.wait(req)
+
+    def finish_p2p(self, req, peer: int, nbytes: int, op: str, rank: int) -> None:
+        try:
+            self.mesh.wait(req)
+        except RemoteError as exc:
+            raise RemoteError(exc.message, op=op, rank=rank, remote_rank=peer,
+                              remote_type="ConnectionError") from None
+        if req is not _SENT and req.truncated:
+            raise InvalidArgument(f"message from rank {peer} is longer than the receive buffer "
+                                  f"({nbytes} bytes)", op=op, rank=rank, argument="buf")
+
+    # ------------------------------------------------- control (small, pickled)
+    def _ctrl_tag(self) -> int:
+        self._ctrl_seq += 1
+        return _CTRL_TAG_BASE + self._ctrl_seq % _CTRL_TAG_BASE
+
+    def _exchange(self, payloads: dict, sources) -> dict:
+        """Send ``payloads[peer]`` (bytes) to each peer, return {source: bytes}."""
+        tag, ctx = self._ctrl_tag(), self.ctx + CTRL
+        reqs = {src: self.mesh.post(self.members[src], ctx, tag, None, 0) for src in sources}
+        for peer, data in payloads.items():
+            self.mesh.send(self.members[peer], ctx, tag, None, len(data), data)
+        out = {}
+        for src, req in reqs.items():
+            self.mesh.wait(req, f"from {self.mesh.where(self.members[src])}")
+            out[src] = req.data
+        return out
+
+    def bcast_obj(self, obj, root: int = 0):
+        if self.rank == root:
+            data = pickle.dumps(obj)
+            self._exchange({p: data for p in range(self.size) if p != root}, ())
+            return obj
+        return pickle.loads(self._exchange({}, (root,))[root])
+
+    def allgather_obj(self, obj) -> list:
+        data = pickle.dumps(obj)
+        got = self._exchange({p: data for p in range(self.size) if p != self.rank},
+                             [p for p in range(self.size) if p != self.rank])
+        return [obj if p == self.rank else pickle.loads(got[p]) for p in range(self.size)]
+
+    def allgather_array(self, arr, out) -> None:
+        """``out[i] = arr`` of rank i (numpy arrays; ``out`` has ``size`` rows)."""
+        data = arr.tobytes()
+        got = self._exchange({p: data for p in range(self.size) if p != self.rank},
+                             [p for p in range(self.size) if p != self.rank])
+        out[self.rank] = arr
+        for p, raw in got.items():
+            out[p] = np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
+
+    def split(self, color: int, key: int) -> "TCPTransport | None":
+        """Ranks of one ``color`` ordered by (key, rank); UNDEFINED (-1) gets None."""
+        pairs = self.allgather_obj((color, key))
+        self._splits += 1
+        if color < 0:
+            return None
+        members = [self.members[r] for _, r in sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)]
+        return TCPTransport(self.mesh, members, derive_context(self.ctx, self._splits, color))
+
+    def node(self) -> tuple[int, int]:
+        """(local rank, local size): position among this communicator's ranks on this host."""
+        hosts = [self.mesh.table[m]["host"] for m in self.members]
+        mine = hosts[self.rank]
+        same = [r for r, h in enumerate(hosts) if h == mine]
+        return same.index(self.rank), len(same)
+
+    def free(self) -> None:
+        pass  # the mesh outlives communicators: peers may still be reading our last messages
+
+
+def derive_context(parent: int, n: int, color: int) -> int:
+    """Context id of a new communicator, the same on each of its members however many
+    other communicators each of them made (a hash of its lineage, 2 low bits free)."""
+    digest = hashlib.sha256(f"{parent}/{n}/{color}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ~3
+
+
+_world_mesh = None
+_world_lock = threading.Lock()
+
+
+def world_from_env() -> TCPTransport:
+    """The transport over every rank of a ``uniccl run`` job (local, ssh or slurm launcher):
+    rank, size and rendezvous come from the environment the launcher set."""
+    from ._uniqueid import DEFAULT_TIMEOUT, UniqueId
+
+    global _world_mesh
+    with _world_lock:
+        if _world_mesh is None:
+            env = os.environ
+            try:
+                rank, size = int(env["UNICCL_RANK"]), int(env["UNICCL_WORLD_SIZE"])
+                host, _, port = env["UNICCL_RENDEZVOUS"].rpartition(":")
+                secret = bytes.fromhex(env["UNICCL_JOB_SECRET"])
+            except (KeyError, ValueError) as exc:
+                raise InvalidArgument(f"the launcher's environment is incomplete or malformed ({exc}); start "
+                                      "the job with 'uniccl run'", op="init", argument="UNICCL_RENDEZVOUS") from None
+            timeout = float(env.get("UNICCL_INIT_TIMEOUT", DEFAULT_TIMEOUT))
+            _world_mesh = Mesh(UniqueId(host, int(port), secret), rank, size, timeout)
+        _world_mesh.worlds += 1
+        return TCPTransport(_world_mesh, list(range(_world_mesh.size)),
+                            derive_context(0, _world_mesh.worlds, 0))
