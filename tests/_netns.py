@@ -13,6 +13,7 @@ last user's teardown).
 """
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -30,6 +31,7 @@ NS_PREFIX = "uccl-h"
 VETH_PREFIX = "uccl-v"
 SUBNET = "10.77.0"
 COUNT = 3
+LOCK_FILE = os.path.join(tempfile.gettempdir(), "uniccl-netns.lock")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class NetnsCluster:
     ssh_options: list               # ssh words: key, no known_hosts, quiet
     tmp: str                        # keys, sshd configs and logs
     sshd: list = field(default_factory=list)   # Popen of each sshd
+    lock: int | None = None         # fd holding LOCK_FILE while the namespaces exist
 
     def netns_argv(self, index: int, argv) -> list:
         """argv run inside the namespace of hosts[index]."""
@@ -149,6 +152,24 @@ LogLevel ERROR
 """
 
 
+def _lock(wait: float = 150) -> int:
+    """Take the machine-wide lock on the fixed names: a second pytest session (another
+    developer's run, a parallel CI job) waits instead of deleting namespaces that are in
+    use as "stale". The kernel drops the lock of a crashed session."""
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                pytest.skip(f"another test session held {LOCK_FILE} (the namespaces) for "
+                            f"more than {wait:g} s")
+            time.sleep(0.5)
+
+
 def _keys(tmp: str) -> str:
     key = os.path.join(tmp, "id_ed25519")
     for path, comment in ((key, "uniccl-test"), (os.path.join(tmp, "host_ed25519"), "host")):
@@ -183,6 +204,7 @@ def _start() -> NetnsCluster:
                        ("ssh-keygen", shutil.which("ssh-keygen"))):
         if path is None:
             pytest.skip(f"{name} is not installed")
+    lock = _lock()
     cleanup()
     for stale in glob.glob(os.path.join(tempfile.gettempdir(), "uniccl-netns-*")):
         shutil.rmtree(stale, ignore_errors=True)    # keys and logs of a crashed run
@@ -190,11 +212,12 @@ def _start() -> NetnsCluster:
         _network(ip)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         cleanup()
+        os.close(lock)
         pytest.skip(f"cannot create network namespaces: {e}")
     tmp = tempfile.mkdtemp(prefix="uniccl-netns-")
     cluster = NetnsCluster(hosts=[f"{SUBNET}.{i + 2}" for i in range(COUNT)],
                            namespaces=[f"{NS_PREFIX}{i + 1}" for i in range(COUNT)],
-                           ssh_options=[], tmp=tmp)
+                           ssh_options=[], tmp=tmp, lock=lock)
     try:
         key = _keys(tmp)
         cluster.ssh_options = ["-i", key, "-o", "UserKnownHostsFile=/dev/null",
@@ -226,6 +249,9 @@ def _stop(cluster: NetnsCluster) -> None:
     finally:
         cleanup()
         shutil.rmtree(cluster.tmp, ignore_errors=True)
+        if cluster.lock is not None:
+            os.close(cluster.lock)          # releases the flock
+            cluster.lock = None
 
 
 _shared = {"cluster": None, "users": 0}

@@ -72,3 +72,29 @@ def test_killed_rank_ends_the_job_everywhere(netns_cluster, tmp_path):  # noqa: 
     time.sleep(0.5)
     assert not _leftovers(c)
     assert sorted(p.name for p in Path("/dev/shm").glob("uniccl-*")) == before
+
+
+def test_cluster_file_sync_build_and_run(netns_cluster, tmp_path):  # noqa: F811
+    """The whole multi-node path on two hosts: a cluster.yaml with per-node settings,
+    --sync of this project and --build of per-node venvs (wheels built here, nodes have
+    no index), then the job runs from the synced copy under each node's venv."""
+    c = netns_cluster
+    root = Path(__file__).resolve().parents[1]
+    base_python = getattr(sys, "_base_executable", None) or sys.executable  # cp3XX like the wheels
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(json.dumps({  # JSON is YAML
+        "defaults": {"python": base_python, "platform": "cpu", "ssh_options": c.ssh_options,
+                     "env": {"OMP_NUM_THREADS": "1"}},
+        "nodes": [{"host": c.hosts[0], "slots": 2, "workdir": str(tmp_path / "node a")},
+                  {"host": c.hosts[2], "slots": 2, "workdir": str(tmp_path / "node b")}]}))
+    cmd = [sys.executable, "-m", "uniccl", "run", "--cluster", str(cfg), "--sync", "--build", "--project", str(root),
+           "examples/all_reduce.py"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=280)  # no -x PYTHONPATH: nodes use their venvs
+    assert res.returncode == 0, res.stdout + res.stderr[-4000:]
+    assert sorted(line.split()[0] for line in res.stdout.splitlines() if "OK" in line) == \
+        ["[0]", "[1]", "[2]", "[3]"], res.stdout
+    for node in ("node a", "node b"):
+        assert (tmp_path / node / "examples" / "all_reduce.py").exists()  # synced
+        assert (tmp_path / node / ".uniccl-venv" / "bin" / "python").exists()  # built
+    assert "synced" in res.stderr and "built" in res.stderr
+    assert not _leftovers(c)

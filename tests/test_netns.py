@@ -104,38 +104,3 @@ def test_sync(netns_cluster, tmp_path):
     assert any(label == nodes[0].label and msg.startswith("synced in") for label, msg in seen)
     assert seen[-1][0] is None and seen[-1][1].startswith("synced 3/4 node(s)")
 
-
-def test_build_into_a_node_venv(netns_cluster, tmp_path):
-    """The real project: wheels built here, installed with no index on a node. One node
-    only: the namespaces share this machine's two cores."""
-    node = _nodes(netns_cluster)[1]
-    node.workdir = str(tmp_path / "node work")
-    # the interpreter the tests run on (the venv's base): cp3XX like the wheels built here
-    node.python = getattr(sys, "_base_executable", None) or sys.executable
-    seen = []
-    start = time.monotonic()
-    failures = _ssh.build([node], ROOT, progress=lambda *a: seen.append(a), timeout=250)
-    took = time.monotonic() - start
-    assert failures == {}, (failures, seen[-15:])
-    assert node.python == os.path.join(node.workdir, ".uniccl-venv", "bin", "python")
-    print(f"build took {took:.1f} s")
-    check = ("import json, numpy as np, uniccl, uniccl_cpu, yaml\n"
-             "with uniccl.init() as comm:\n"
-             "    x = np.ones(8, np.float32); comm.all_reduce(x); assert x.sum() == 8\n"
-             "print(json.dumps([uniccl.__file__, uniccl.info()['chosen']['platform']]))")
-    res = subprocess.run(_ssh.ssh_argv(node, [node.python, "-c", check]), capture_output=True,
-                         text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert res.returncode == 0, res.stderr
-    path, platform = json.loads(res.stdout.splitlines()[-1])
-    assert path.startswith(os.path.join(node.workdir, ".uniccl-venv"))
-    assert platform == "cpu"
-    assert any(label == node.label and "installing" in msg for label, msg in seen)
-    assert seen[-1] == (None, seen[-1][1]) and "1/1" in seen[-1][1]
-    # again, from a ready wheelhouse (the copy on the node): the venv is reused
-    wheelhouse = tmp_path / "wheelhouse"
-    shutil.copytree(os.path.join(node.workdir, ".uniccl-wheelhouse"), wheelhouse)
-    seen.clear()
-    assert _ssh.build([node], ROOT, wheelhouse=wheelhouse, progress=lambda *a: seen.append(a),
-                      timeout=120) == {}
-    assert (node.label, "reusing .uniccl-venv") in seen
-    assert node.python == os.path.join(node.workdir, ".uniccl-venv", "bin", "python")

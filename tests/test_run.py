@@ -160,3 +160,16 @@ def test_rank_variables_from_other_launchers(env, expect):
     got = _agent.rank_env_from_launcher(env)
     assert (got["UNICCL_RANK"], got["UNICCL_WORLD_SIZE"], got["UNICCL_LOCAL_RANK"], got["UNICCL_LOCAL_SIZE"],
             got["UNICCL_NODE_RANK"]) == expect
+
+
+def test_kill_9_under_the_mpi_launcher(tmp_path):
+    """mpiexec is told by our wrapper; ranks die with their wrappers (PDEATHSIG) instead of
+    hanging in MPI_Finalize, and the MPI library's segments of this job are removed."""
+    before = set(os.listdir("/dev/shm"))
+    res = uniccl_run("--launcher", "mpi", "-n", 3, PROBE, "kill", tmp_path, timeout=60)
+    assert res.returncode != 0 and res.seconds < 10, res.stdout + res.stderr
+    assert "rank 1 on host" in res.stderr and "killed by SIGKILL" in res.stderr
+    time.sleep(0.5)
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    assert len(pids) == 3 and not any(_alive(p) for p in pids)
+    assert set(os.listdir("/dev/shm")) - before == set()

@@ -32,6 +32,17 @@ TAIL_LINES = 20
 GRACE_S = 3.0
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL me when my supervisor dies, even by SIGKILL (Linux),
+    so no rank outlives its agent or wrapper (an MPI launcher kills those, not the ranks)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def program_argv(argv: list[str], python: str | None = None) -> list[str]:
     """A ``.py`` program runs under this (or the node's) interpreter."""
     if argv and argv[0].endswith(".py"):
@@ -93,7 +104,7 @@ class NodeJob:
             try:
                 proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                        close_fds=not self.inherit_fds)
+                                        close_fds=not self.inherit_fds, preexec_fn=_die_with_parent)
             except OSError as exc:
                 if log:
                     log.close()

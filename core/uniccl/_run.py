@@ -229,7 +229,46 @@ def run_mpi(args, nodes, argv, env, why) -> int:
     cmd = mpi_command(exe, flavour, n, argv, env, hosts=hosts, hostfile=args.hostfile,
                       oversubscribe=args.oversubscribe, prefix=args.prefix)
     _say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
-    return _run_child(cmd, args.timeout)
+    before = _mpi_segments()
+    try:
+        return _run_child(cmd, args.timeout)
+    finally:
+        _remove_orphan_segments(_mpi_segments() - before)
+
+
+# MPI libraries unlink their shared memory at MPI_Finalize; a rank killed by a signal never
+# gets there.  Those of this job that no live process maps any more are removed.
+_MPI_SEGMENT_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")
+
+
+def _mpi_segments() -> set:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(_MPI_SEGMENT_PREFIXES)}
+    except OSError:
+        return set()
+
+
+def _remove_orphan_segments(names) -> None:
+    if not names:
+        return
+    mapped = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                mapped.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line)
+        except (OSError, IndexError):
+            continue
+    removed = [n for n in sorted(names) if n not in mapped and _unlink(os.path.join("/dev/shm", n))]
+    if removed:
+        _say(f"removed {len(removed)} shared-memory segment(s) the MPI library left behind: {', '.join(removed)}")
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def _run_child(cmd, timeout) -> int:
@@ -240,6 +279,10 @@ def _run_child(cmd, timeout) -> int:
     def forward(sig, _frame):
         caught.append(sig)
         _agent._killpg(proc.pid, sig)
+        # a launcher that ignores it (mpiexec waiting on a stuck rank) is killed after the grace
+        timer = threading.Timer(_agent.GRACE_S, _agent._killpg, (proc.pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
     old = _forward_signals(forward)
     try:
@@ -257,6 +300,9 @@ def _run_child(cmd, timeout) -> int:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+    if caught:
+        _say(f"stopped by {signal.Signals(caught[0]).name}")
+        return 128 + int(caught[0])
     return _agent.exit_status(code)
 
 
