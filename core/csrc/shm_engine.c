@@ -484,28 +484,41 @@ static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
             WAIT((e), OFF_CONSUMED, (g) - 1, -1);                                                      \
     } while (0)
 
-/* -------------------------------------------------------------- CMA reads */
+/* -------------------------------------------------------------- CMA copies */
+/* A failed process_vm_readv/writev.  ESRCH: the peer is gone; EFAULT: it unmapped its
+ * buffer, typically because it gave up after another rank died.  Name the dead rank
+ * when there is one: it is the cause. */
+static int cma_failed(uc_shm *e, int peer, int saved, const char *call, size_t n) {
+    if (saved == ESRCH || saved == EFAULT) {
+        int dead = saved == ESRCH ? peer : -1;
+        for (int q = 0; q < e->size && dead < 0; q++)
+            if (q != e->rank && peer_dead(e, q))
+                dead = q;
+        if (dead >= 0)
+            set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", dead, (long)e->pids[dead],
+                    e->op);
+        else
+            set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) withdrew its buffer during %s (it failed "
+                    "or left the collective)", peer, (long)e->pids[peer], e->op);
+        e->err.remote_rank = dead >= 0 ? dead : peer;
+        e->err.remote_pid = e->pids[e->err.remote_rank];
+        return fatal(e);
+    }
+    set_err(&e->err, UC_SHM_ESYS, e->op, "%s of %zu bytes with rank %d failed: %s", call, n, peer,
+            strerror(saved));
+    e->err.sys_errno = saved;
+    return fatal(e);
+}
+
 static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n) {
     char *dst = local;
     while (n) {
         struct iovec l = {dst, n}, r = {(void *)(uintptr_t)remote, n};
         ssize_t got = process_vm_readv((pid_t)e->pids[peer], &l, 1, &r, 1, 0);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == ESRCH) {
-                set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", peer,
-                        e->pids[peer], e->op);
-                e->err.remote_rank = peer;
-                e->err.remote_pid = e->pids[peer];
-                return fatal(e);
-            }
-            int saved = errno;
-            set_err(&e->err, UC_SHM_ESYS, e->op, "process_vm_readv of %zu bytes from rank %d failed: %s", n,
-                    peer, strerror(saved));
-            e->err.sys_errno = saved;
-            return fatal(e);
-        }
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return cma_failed(e, peer, errno, "process_vm_readv", n);
         if (got == 0)
             return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
         dst += got, remote += (uint64_t)got, n -= (size_t)got;
@@ -518,22 +531,10 @@ static int cma_write(uc_shm *e, int peer, uint64_t remote, const void *local, si
     while (n) {
         struct iovec l = {(void *)src, n}, r = {(void *)(uintptr_t)remote, n};
         ssize_t put = process_vm_writev((pid_t)e->pids[peer], &l, 1, &r, 1, 0);
-        if (put < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == ESRCH) {
-                set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", peer,
-                        e->pids[peer], e->op);
-                e->err.remote_rank = peer;
-                e->err.remote_pid = e->pids[peer];
-                return fatal(e);
-            }
-            int saved = errno;
-            set_err(&e->err, UC_SHM_ESYS, e->op, "process_vm_writev of %zu bytes to rank %d failed: %s", n,
-                    peer, strerror(saved));
-            e->err.sys_errno = saved;
-            return fatal(e);
-        }
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put < 0)
+            return cma_failed(e, peer, errno, "process_vm_writev", n);
         if (put == 0)
             return FAIL(e, UC_SHM_ESYS, "process_vm_writev to rank %d made no progress", peer);
         src += put, remote += (uint64_t)put, n -= (size_t)put;

@@ -21,10 +21,12 @@ def buffer(comm, obj, op: str, argument: str, writable: bool):
     buf = as_buffer(obj, op, argument, comm.rank, writable)
     if buf.device_type != _CPU:
         claim = comm._backend.claim_pointer
-        if claim is None or claim(buf.ptr, buf.device_type, buf.device_id) is None:
+        device = claim(buf.ptr, buf.device_type, buf.device_id) if claim is not None else None
+        if device is None:
             raise InvalidArgument(f"buffer lives on DLPack device type {buf.device_type}, which the "
                                   f"'{comm.platform}' platform of this communicator does not own",
                                   op=op, rank=comm.rank, argument=argument)
+        return comm._stage(buf, device, argument, writable)
     return buf
 
 

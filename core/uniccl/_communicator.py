@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from . import _algorithms as alg
+from . import _device
 from . import _checks as chk
 from . import _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
@@ -40,8 +41,8 @@ _COLL_IDS = {name: i for i, name in enumerate(
      "gather", "scatter"))}
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # Header fields every rank must agree on, per collective (indexes into the header).
-_H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT = range(6)
-HEADER_WORDS = 8  # the record the shm engine exchanges (2 spare words)
+_H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT, _H_NATIVE = range(7)
+HEADER_WORDS = 8  # the record the shm engine exchanges (1 spare word)
 _FIELD_NAMES = {_H_DTYPE: "dtype", _H_COUNT: "count", _H_OP: "op", _H_ROOT: "root"}
 _AGREE = {
     "barrier": (),
@@ -59,7 +60,8 @@ _AGREE = {
 class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
-    __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post")
+    __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
+                 "staged")
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
@@ -68,6 +70,8 @@ class Plan:
         self.nbytes = nbytes  # what the tuner decides on
         self.error, self.p2p = None, p2p
         self.post = None  # point-to-point only: start the transfer, return its request
+        self.finish = None  # ... and complete it
+        self.staged = None  # device buffers seen through host mirrors (_device.Staged)
 
 
 class _Scratch:
@@ -125,6 +129,9 @@ class Communicator:
         mgr = manager()
         record, why = mgr.choose(platform)
         self._backend = mgr.backend(record)
+        # host memory work (scratch, host reductions, staged mirrors' algorithms) is the cpu
+        # plugin's even when a device platform carries the communicator
+        self._hostb = self._backend if record.name == "cpu" else mgr.host_backend(self._backend)
         self.platform_reason = why
         self._t = transport
         configure_logging(self._t.rank)
@@ -132,7 +139,12 @@ class Communicator:
         self.rank, self.size = self._t.rank, self._t.size
         ndev = max(1, len(record.probe.get("devices") or ()))
         self.device = self.local_rank % ndev
-        self._scratch = _Scratch(self._backend)
+        self._scratch = _Scratch(self._hostb)
+        self._mirrors = _device.Mirrors(self._backend)
+        self._native, self._native_comm = None, None
+        if self._backend.native_collectives is not None:
+            self._native = self._backend.native_collectives()
+        self._staging = threading.local()
         self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
         self._lock = threading.RLock()
         self._seq = 0
@@ -170,6 +182,12 @@ class Communicator:
         with self._lock:
             self._destroyed = True
             self._scratch.free()
+            self._mirrors.free()
+            if self._native_comm is not None:
+                try:
+                    self._native.destroy(self._native_comm)
+                finally:
+                    self._native_comm = None
             if self._engine is not None:
                 self._engine.close()
             self._t.free()
@@ -245,11 +263,13 @@ class Communicator:
     # ----------------------------------------------------------------- plumbing
     def _call(self, name, planner, args, async_op):
         self._alive(name)
+        self._staging.list = None
         try:
             plan = planner(*args)
         except UnicclError as exc:
             plan = Plan(name, p2p=name in ("send", "recv"))
             plan.error = exc
+        plan.staged, self._staging.list = self._staging.list, None
         if plan.p2p and plan.error is not None:
             raise plan.error  # point-to-point errors are local: no peer waits in agreement
         group = _group.current()
@@ -269,25 +289,71 @@ class Communicator:
                 return plan.run(None)
             seq = self._seq
             self._seq += 1
+            staged, native = plan.staged, None
+            if staged and plan.error is None:
+                native = self._native_path(plan)
+                if native is None:
+                    try:
+                        _device.stage_in(self._backend, self._mirrors, staged)
+                    except UnicclError as exc:
+                        plan.error = exc  # the agreement tells the peers: nobody waits for us
+            self._hdr_view[_H_NATIVE] = native is not None
             if self.size > 1:
                 self._agree(plan, seq)
             elif plan.error is not None:
                 raise plan.error
+            if native is not None:
+                if self.size == 1 or self._hdrs[:, _H_NATIVE].all():
+                    return self._run_native(plan, native)
+                _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
             if plan.run is None:
                 return None
-            algorithm = ""
-            if self.size > 1:
-                choice = self._tuner.choose(plan.name, plan.nbytes)
-                if choice.transport == "shm":
-                    return plan.shm(self._engine)
-                algorithm = choice.algorithm
-            return plan.run(self._context(plan, seq, algorithm))
+            result = self._run_host(plan, seq)
+            if staged:
+                _device.stage_out(self._backend, staged)
+            return result
+
+    def _run_host(self, plan: Plan, seq: int):
+        algorithm = ""
+        if self.size > 1:
+            choice = self._tuner.choose(plan.name, plan.nbytes)
+            if choice.transport == "shm":
+                return plan.shm(self._engine)
+            algorithm = choice.algorithm
+        return plan.run(self._context(plan, seq, algorithm))
+
+    # ------------------------------------------------------- device buffers
+    def _stage(self, view, device: int, argument: str, writable: bool):
+        """A claimed device buffer, staged through a host mirror unless the native path runs."""
+        staged = _device.Staged(view, device, argument, writable)
+        if self._staging.list is None:
+            self._staging.list = []
+        self._staging.list.append(staged)
+        return staged
+
+    def _native_path(self, plan: Plan):
+        """Native-library arguments when this rank can take the native path, else None."""
+        if self._native is None or len({s.device for s in plan.staged}) != 1:
+            return None
+        args = _device.native_args(plan, plan.staged)
+        if args is None or not self._native.supports(plan.dtype, plan.op if plan.op >= 0 else 0):
+            return None
+        return args
+
+    def _run_native(self, plan: Plan, args: dict):
+        if self._native_comm is None:
+            self._native_comm = self._native.create(self.size, self.rank, args["device"], self._t.bcast_obj)
+        self._native.run(plan.name, self._native_comm, args, args["stream"], self.rank)
+        self._backend.stream_synchronize(args["stream"])
+        if plan.name == "reduce" and self.rank != plan.root:
+            return None
+        return args["result"]
 
     def _context(self, plan: Plan, seq: int, algorithm: str) -> alg.OpContext:
         dt = DType(plan.dtype)
         op = ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op
         return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
-                             int(op), self._backend.reduce, self._scratch, self._copy, algorithm)
+                             int(op), self._hostb.reduce, self._scratch, self._copy, algorithm)
 
     def _agree(self, plan: Plan, seq: int) -> None:
         hdr, hdrs, h = self._hdr, self._hdrs, self._hdr_view
@@ -321,11 +387,11 @@ class Communicator:
 
     def _copy(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes and dst != src:
-            self._backend.memcpy(dst, src, nbytes, MemcpyKind.HOST_TO_HOST, None)
+            self._hostb.memcpy(dst, src, nbytes, MemcpyKind.HOST_TO_HOST, None)
 
     def _finish_avg(self, ptr: int, count: int, dtype: int, op) -> None:
         if op is ReduceOp.AVG and count:
-            self._backend.scale(ptr, ptr, count, dtype, self.size, None)
+            self._hostb.scale(ptr, ptr, count, dtype, self.size, None)
 
     # ------------------------------------------------------------------- plans
     def _plan_all_reduce(self, sendbuf, recvbuf, op):
@@ -547,15 +613,36 @@ class Communicator:
         b = chk.buffer(self, buf, name, "buf", writable=name == "recv")
         peer = self._check_peer(peer, name)
         start = self._t.isend if name == "send" else self._t.irecv
+        staged = isinstance(b, _device.Staged)
+        tmp = []  # a device buffer moves through its own pinned copy (several may be in one group)
 
         def post():
-            return start(b.ptr, b.nbytes, peer, 0, self._t.p2p)
+            ptr = b.ptr
+            if staged:
+                ptr = self._backend.host_alloc(max(1, b.nbytes))
+                tmp.append(ptr)
+                if name == "send" and b.nbytes:
+                    self._backend.memcpy(ptr, b.dev_ptr, b.nbytes, int(MemcpyKind.DEVICE_TO_HOST), b.stream)
+                    if b.stream is not None:
+                        self._backend.stream_synchronize(b.stream)
+            return start(ptr, b.nbytes, peer, 0, self._t.p2p)
+
+        def finish(req):
+            try:
+                self._t.finish_p2p(req, peer, b.nbytes, name, self.rank)
+                if staged and name == "recv" and b.nbytes:
+                    self._backend.memcpy(b.dev_ptr, tmp[0], b.nbytes, int(MemcpyKind.HOST_TO_DEVICE), b.stream)
+                    if b.stream is not None:
+                        self._backend.stream_synchronize(b.stream)
+            finally:
+                while tmp:
+                    self._backend.host_free(tmp.pop())
 
         def run(_):
-            self._t.finish_p2p(post(), peer, b.nbytes, name, self.rank)
+            finish(post())
             return buf
         plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
-        plan.post = post
+        plan.post, plan.finish = post, finish
         return plan
 
     def _plan_send(self, buf, peer):

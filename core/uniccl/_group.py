@@ -45,7 +45,7 @@ class _Group:
                     work._finish(error=exc)
         for comm, plan, work, req in started:
             try:
-                comm._t.finish_p2p(req, plan.root, plan.count, plan.name, comm.rank)
+                plan.finish(req)
                 work._finish(result=None)
             except BaseException as exc:
                 work._finish(error=exc)

@@ -184,6 +184,12 @@ class PluginManager:
         why = f"highest-priority available plugin (priority {best.priority})"
         return best, why + (f"; others: {', '.join(others)}" if others else "")
 
+    def host_backend(self, fallback: Backend) -> Backend:
+        """The cpu plugin's backend, for host-memory work under a device platform
+        (``fallback`` when it is not available)."""
+        rec = {r.name: r for r in self.discover()}.get("cpu")
+        return self.backend(rec) if rec is not None and rec.available else fallback
+
     def backend(self, record: PluginRecord) -> Backend:
         return Backend(record, {h: self._impl(record.module, h) for h in _hook_names()})
 

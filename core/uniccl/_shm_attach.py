@@ -26,7 +26,7 @@ def shm_attach(comm, single_host: bool):
         return None, f"UNICCL_TRANSPORT={forced}"
     t = comm._t
     engine, reason = None, ""
-    kernel_hook = comm._backend.host_reduce_kernel
+    kernel_hook = comm._hostb.host_reduce_kernel
     kernel = kernel_hook() if kernel_hook is not None else None
     if not kernel:
         reason = f"platform {comm.platform} has no host reduction kernel"

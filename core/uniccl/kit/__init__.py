@@ -1,0 +1,19 @@
+"""The vendor plugin kit: what every accelerator plugin shares.
+
+A CUDA-like plugin (CUDA, CoreX, MACA, MUSA) is a :class:`CudaLikeSpec` (symbol
+prefix, library names and places, status names, enum values), an optional
+:class:`CclSpec` for its collective library, and :class:`CudaLikePlugin`, which
+implements every uniccl hook from them.  Vendor libraries are opened at run time
+(:func:`find_library`), never linked; every vendor status goes through
+:func:`check_status`.  See docs/plugins.md.
+"""
+from __future__ import annotations
+
+from ._ccl import CclLibrary, CclSpec
+from ._cudalike import CudaLikeRuntime, CudaLikeSpec
+from ._dl import LibrarySearch, find_library, load_library
+from ._plugin import CudaLikePlugin
+from ._status import check_status
+
+__all__ = ["CclLibrary", "CclSpec", "CudaLikePlugin", "CudaLikeRuntime", "CudaLikeSpec", "LibrarySearch",
+           "check_status", "find_library", "load_library"]

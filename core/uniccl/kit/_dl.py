@@ -1,0 +1,98 @@
+"""Find and open vendor libraries at run time, saying where we looked.
+
+Search order: the vendor's environment variables (e.g. ``$CUDA_HOME/lib64``),
+its usual install folders, the library folders of vendor wheels on PyPI (the
+``nvidia-*`` wheels put ``libcudart.so.12`` under ``site-packages/nvidia/...``),
+then the system loader (``LD_LIBRARY_PATH``, ld.so.cache).  The first that loads
+wins; when none does, the reason lists every place tried.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LibrarySearch:
+    """Where one vendor library may be.
+
+    ``names``: file names, preferred first (``libcudart.so.12``, ``libcudart.so``).
+    ``env``: (variable, sub-folders) pairs, e.g. ("CUDA_HOME", ("lib64", "lib")).
+    ``dirs``: fixed folders.  ``wheels``: (python package, sub-folder) of PyPI wheels,
+    e.g. ("nvidia.cuda_runtime", "lib").
+    """
+
+    names: tuple
+    env: tuple = ()
+    dirs: tuple = ()
+    wheels: tuple = ()
+    system: bool = True
+    extra: tuple = field(default=(), compare=False)
+
+    def places(self) -> list[tuple[str, str | None]]:
+        """[(description, folder or None when that source is absent)] in search order."""
+        out = []
+        for var, subs in self.env:
+            root = os.environ.get(var)
+            for sub in subs:
+                out.append((f"${var}/{sub}" + ("" if root else " (unset)"),
+                            os.path.join(root, sub) if root else None))
+        for d in self.dirs:
+            out.append((d, d))
+        for package, sub in self.wheels:
+            folder = _wheel_folder(package, sub)
+            out.append((f"{package} wheel" + ("" if folder else " (not installed)"), folder))
+        return out
+
+
+def _wheel_folder(package: str, sub: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        folder = os.path.join(base, sub)
+        if os.path.isdir(folder):
+            return folder
+    return None
+
+
+def find_library(search: LibrarySearch) -> tuple[str | None, list[str]]:
+    """(path of the first existing candidate file or None, descriptions searched)."""
+    tried = []
+    for desc, folder in search.places():
+        tried.append(desc)
+        if folder is None:
+            continue
+        for name in search.names:
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                return path, tried
+    return None, tried
+
+
+def load_library(search: LibrarySearch, mode: int = ctypes.RTLD_GLOBAL) -> tuple[ctypes.CDLL | None, str, str]:
+    """(library or None, path or name loaded, reason when None).  RTLD_GLOBAL so that a
+    collective library opened later resolves the same runtime's symbols."""
+    path, tried = find_library(search)
+    errors = []
+    if path is not None:
+        try:
+            return ctypes.CDLL(path, mode=mode), path, ""
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    if search.system:
+        tried.append("system loader path")
+        for name in search.names:
+            try:
+                return ctypes.CDLL(name, mode=mode), name, ""
+            except OSError:
+                continue
+    where = ", ".join(tried)
+    if errors:
+        return None, "", f"{search.names[0]} could not be loaded ({'; '.join(errors)}; searched: {where})"
+    return None, "", f"{search.names[0]} not found (searched: {where})"

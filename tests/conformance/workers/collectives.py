@@ -1,0 +1,106 @@
+"""Every collective on buffers in the platform's own memory, checked against numpy.
+
+usage: collectives.py  (under uniccl run; the platform comes from UNICCL_PLATFORM)
+Prints one JSON line per rank: cases, failures, and how often the vendor's native
+collective library was called (emulated platforms), then exits 1 on any failure.
+"""
+import ctypes
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import uniccl  # noqa: E402
+from _platform import DeviceArray  # noqa: E402
+
+DTYPES = [np.float32, np.int32, np.float64, ml_dtypes.bfloat16, np.int64]
+
+
+def data(rank, n, t, salt):
+    rng = np.random.default_rng(1000 * salt + rank)
+    if np.dtype(t).kind in "iu":
+        return rng.integers(-50, 50, n).astype(t)
+    return rng.integers(-8, 8, n).astype(t)  # small integers: sums exact in every float type
+
+
+def main() -> int:
+    comm = uniccl.init()
+    r, n, be = comm.rank, comm.size, comm._backend
+    dev = lambda a: DeviceArray(be, a)  # noqa: E731
+    cases, failures, salt = 0, [], 0
+
+    def check(name, got, expect):
+        nonlocal cases
+        cases += 1
+        if not np.array_equal(np.asarray(got).astype(np.float64), np.asarray(expect).astype(np.float64)):
+            failures.append(name)
+
+    for t in DTYPES:
+        for count in (0, 1, 1000, 3 * n * 257):
+            salt += 1
+            tag = f"{np.dtype(t).name} count={count}"
+            ins = [data(q, count, t, salt) for q in range(n)]
+            ref_sum = np.sum([x.astype(np.float64) for x in ins], axis=0) if count else np.zeros(0)
+            try:
+                for op, ref in (("sum", ref_sum), ("max", np.max(ins, axis=0) if count else np.zeros(0))):
+                    a = dev(ins[r])
+                    comm.all_reduce(a.buffer(), op=op)
+                    check(f"all_reduce {op} in place {tag}", a.download(), ref)
+                    a.free()
+                a, b = dev(ins[r]), dev(np.zeros(count, t))
+                comm.all_reduce(a.buffer(), b.buffer())
+                check(f"all_reduce out of place {tag}", b.download(), ref_sum)
+                root = (count + 1) % n
+                comm.broadcast(a.buffer(), root=root)
+                check(f"broadcast {tag}", a.download(), ins[root])
+                a.upload(ins[r])
+                b.upload(np.zeros(count, t))
+                comm.reduce(a.buffer(), b.buffer(), root=root)
+                if r == root:
+                    check(f"reduce {tag}", b.download(), ref_sum)
+                a.free(); b.free()  # noqa: E702
+                g = dev(np.zeros(n * count, t))
+                s = dev(ins[r])
+                comm.all_gather(s.buffer(), g.buffer())
+                check(f"all_gather {tag}", g.download(), np.concatenate(ins))
+                s.free(); g.free()  # noqa: E702
+                if count % n == 0:
+                    big = [data(q, count, t, salt + 500) for q in range(n)]
+                    s, o = dev(big[r]), dev(np.zeros(count // n, t))
+                    comm.reduce_scatter(s.buffer(), o.buffer())
+                    m = count // n
+                    check(f"reduce_scatter {tag}", o.download(),
+                          np.sum([x.astype(np.float64) for x in big], axis=0)[r * m:(r + 1) * m])
+                    o2 = dev(np.zeros(count, t))
+                    comm.all_to_all(s.buffer(), o2.buffer())
+                    check(f"all_to_all {tag}", o2.download(), np.concatenate([x[r * m:(r + 1) * m] for x in big]))
+                    s.free(); o.free(); o2.free()  # noqa: E702
+                # point to point: a ring in one group
+                snd, rcv = dev(ins[r]), dev(np.zeros(count, t))
+                with uniccl.group():
+                    comm.send(snd.buffer(), (r + 1) % n)
+                    comm.recv(rcv.buffer(), (r - 1) % n)
+                check(f"send/recv ring {tag}", rcv.download(), ins[(r - 1) % n])
+                snd.free(); rcv.free()  # noqa: E702
+            except Exception:
+                failures.append(f"{tag}: {traceback.format_exc()}")
+    calls = -1
+    if be.name != "cpu":
+        lib = ctypes.CDLL(None)
+        fn = getattr(lib, "uniccl_emu_calls", None)
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
+            calls = fn(b"ncclAllReduce")
+    print(json.dumps({"rank": r, "platform": be.name, "cases": cases, "failures": failures[:5],
+                      "nccl_all_reduce_calls": calls}), flush=True)
+    comm.destroy()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
