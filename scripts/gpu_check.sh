@@ -6,7 +6,7 @@
 # called directly; the table comes last.  Under 8 minutes on an H200 machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 PY="${PYTHON:-python3}"
 if [ -z "${NCCL_HOME:-}" ]; then
     lib=$(find /opt /usr/local /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)

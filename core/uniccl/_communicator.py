@@ -296,7 +296,7 @@ class Communicator:
                     try:
                         _device.stage_in(self._backend, self._mirrors, staged)
                     except UnicclError as exc:
-                        plan.error = exc  # the agreement tells the peers: nobody waits for us
+                        plan.error = _located(exc, plan.name, self.rank)  # the agreement tells the peers
             self._hdr_view[_H_NATIVE] = native is not None
             if self.size > 1:
                 self._agree(plan, seq)
@@ -650,6 +650,13 @@ class Communicator:
 
     def _plan_recv(self, buf, peer):
         return self._plan_p2p("recv", buf, peer)
+
+
+def _located(exc: UnicclError, op: str, rank: int) -> UnicclError:
+    """``exc`` naming the collective and rank it happened in (a vendor call knows neither)."""
+    if exc.rank is not None:
+        return exc
+    return type(exc)(exc.message, op=op, rank=rank, argument=exc.argument, **exc.extra)
 
 
 # The op the kernels see: AVG is SUM followed by a scale.

@@ -22,8 +22,11 @@ CUDA_STATUS = {0: "cudaSuccess", 1: "cudaErrorInvalidValue", 2: "cudaErrorMemory
                719: "cudaErrorLaunchFailure", 801: "cudaErrorNotSupported", 999: "cudaErrorUnknown"}
 
 
-class _PointerAttributes(ctypes.Structure):  # cudaPointerAttributes since CUDA 11
-    _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p), ("hostPointer", c_void_p)]
+class _PointerAttributes(ctypes.Structure):
+    """cudaPointerAttributes since CUDA 11; newer runtimes append reserved words (CUDA 13:
+    seen writing past the four fields), so room is left for them."""
+    _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p), ("hostPointer", c_void_p),
+                ("reserved", ctypes.c_long * 32)]
 
 
 @dataclass(frozen=True)
