@@ -74,30 +74,6 @@ class Plan:
         self.staged = None  # device buffers seen through host mirrors (_device.Staged)
 
 
-class _Scratch:
-    """Per-communicator scratch buffers, kept between calls (no allocation per call
-    in steady state); page-aligned host memory from the platform plugin."""
-
-    def __init__(self, backend):
-        self._backend = backend
-        self._slots: dict[int, tuple[int, int]] = {}
-
-    def __call__(self, slot: int, nbytes: int) -> int:
-        ptr, size = self._slots.get(slot, (0, 0))
-        if size < nbytes:
-            if ptr:
-                self._backend.host_free(ptr)
-            size = max(nbytes, 2 * size, 4096)
-            ptr = self._backend.host_alloc(size)
-            self._slots[slot] = (ptr, size)
-        return ptr
-
-    def free(self) -> None:
-        for ptr, _ in self._slots.values():
-            self._backend.host_free(ptr)
-        self._slots.clear()
-
-
 class Communicator:
     """A group of ranks that run collectives together.
 
@@ -139,8 +115,8 @@ class Communicator:
         self.rank, self.size = self._t.rank, self._t.size
         ndev = max(1, len(record.probe.get("devices") or ()))
         self.device = self.local_rank % ndev
-        self._scratch = _Scratch(self._hostb)
-        self._mirrors = _device.Mirrors(self._backend)
+        self._scratch = _device.Slots(self._hostb)  # algorithms' scratch space
+        self._mirrors = _device.Slots(self._backend)  # device buffers' host mirrors
         self._native, self._native_comm = None, None
         if self._backend.native_collectives is not None:
             self._native = self._backend.native_collectives()

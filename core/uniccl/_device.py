@@ -37,14 +37,16 @@ class Staged:
         self.device, self.slot, self.writable = device, slot, writable
 
 
-class Mirrors:
-    """Pinned host mirrors, one per argument slot, grown as needed and kept."""
+class Slots:
+    """Host buffers from a platform's ``host_alloc`` (pinned on device platforms), one per
+    slot, grown as needed and kept: no allocation per call in steady state.  The
+    communicator's scratch space and its device buffers' mirrors are two of these."""
 
     def __init__(self, backend):
         self._backend = backend
         self._slots: dict = {}
 
-    def get(self, slot: str, nbytes: int) -> int:
+    def get(self, slot, nbytes: int) -> int:
         ptr, size = self._slots.get(slot, (0, 0))
         if size < nbytes:
             if ptr:
@@ -54,13 +56,15 @@ class Mirrors:
             self._slots[slot] = (ptr, size)
         return ptr
 
+    __call__ = get
+
     def free(self) -> None:
         for ptr, _ in self._slots.values():
             self._backend.host_free(ptr)
         self._slots.clear()
 
 
-def stage_in(backend, mirrors: Mirrors, staged: list) -> None:
+def stage_in(backend, mirrors: Slots, staged: list) -> None:
     """Point each staged buffer at its mirror and copy the device data there."""
     seen = {}
     for s in staged:

@@ -11,7 +11,7 @@ from ctypes import POINTER, byref, c_int, c_size_t, c_void_p
 from dataclasses import dataclass, field
 
 from .._errors import InvalidArgument, InvalidUsage, RemoteError
-from ._dl import LibrarySearch, load_library
+from ._dl import BoundLibrary, LibrarySearch
 from ._status import check_status
 
 NCCL_STATUS = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
@@ -37,13 +37,13 @@ class CclSpec:
     id_bytes: int = 128
 
 
-class CclLibrary:
+class CclLibrary(BoundLibrary):
     """The collective library, bound; the same call shapes for every NCCL-class library."""
 
-    def __init__(self, spec: CclSpec, lib: ctypes.CDLL, path: str):
-        self.spec, self.lib, self.path = spec, lib, path
-        p = spec.prefix
-        sig = {
+    REQUIRED = ("GetUniqueId", "CommInitRank", "CommDestroy", "AllReduce")
+
+    def signatures(self) -> dict:
+        return {
             "GetVersion": [POINTER(c_int)], "GetUniqueId": [POINTER(_UniqueId)],
             "CommInitRank": [POINTER(c_void_p), c_int, _UniqueId, c_int], "CommDestroy": [c_void_p],
             "CommAbort": [c_void_p], "CommGetAsyncError": [c_void_p, POINTER(c_int)],
@@ -56,28 +56,6 @@ class CclLibrary:
             "Recv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
             "GroupStart": [], "GroupEnd": [],
         }
-        self._fns = {}
-        for name, argtypes in sig.items():
-            fn = getattr(lib, p + name, None)
-            if fn is not None:
-                fn.argtypes, fn.restype = argtypes, c_int
-            self._fns[name] = fn
-        self._error_string = getattr(lib, p + "GetErrorString", None)
-        if self._error_string is not None:
-            self._error_string.argtypes, self._error_string.restype = [c_int], ctypes.c_char_p
-        missing = [p + n for n in ("GetUniqueId", "CommInitRank", "CommDestroy", "AllReduce") if self._fns[n] is None]
-        if missing:
-            raise OSError(f"{path} lacks {', '.join(missing)}")
-
-    @classmethod
-    def load(cls, spec: CclSpec) -> tuple["CclLibrary | None", str]:
-        lib, path, reason = load_library(spec.search)
-        if lib is None:
-            return None, reason
-        try:
-            return cls(spec, lib, path), ""
-        except OSError as exc:
-            return None, f"{path} is not a usable {spec.vendor}: {exc}"
 
     def _check(self, status: int, name: str, op=None, rank=None) -> None:
         check_status(status, self.spec.prefix + name, self.spec.vendor, self.spec.statuses,

@@ -11,7 +11,7 @@ import ctypes
 from ctypes import POINTER, byref, c_float, c_int, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass, field
 
-from ._dl import LibrarySearch, load_library
+from ._dl import BoundLibrary, LibrarySearch
 from ._status import check_status
 
 # The CUDA runtime's values; other vendors override what differs.
@@ -44,15 +44,17 @@ class CudaLikeSpec:
     props_total_offset: int = 288
 
 
-class CudaLikeRuntime:
+class CudaLikeRuntime(BoundLibrary):
     """The runtime library, bound.  Every call checks its status; ``load`` returns
     (runtime or None, reason) and never raises for a missing library."""
 
-    def __init__(self, spec: CudaLikeSpec, lib: ctypes.CDLL, path: str):
-        self.spec, self.lib, self.path = spec, lib, path
-        p = spec.prefix
-        self._fns = {}
-        sig = {
+    KIND = "runtime"
+    NAME_FN = "GetErrorName"
+    REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "MemcpyAsync", "StreamCreate",
+                "StreamSynchronize", "EventCreate", "EventRecord")
+
+    def signatures(self) -> dict:
+        return {
             "GetDeviceCount": [POINTER(c_int)], "SetDevice": [c_int], "GetDevice": [POINTER(c_int)],
             "RuntimeGetVersion": [POINTER(c_int)], "DriverGetVersion": [POINTER(c_int)],
             "MemGetInfo": [POINTER(c_size_t), POINTER(c_size_t)], "DeviceSynchronize": [],
@@ -66,39 +68,11 @@ class CudaLikeRuntime:
             "EventQuery": [c_void_p], "EventSynchronize": [c_void_p],
             "EventElapsedTime": [POINTER(c_float), c_void_p, c_void_p],
             "PointerGetAttributes": [POINTER(_PointerAttributes), c_void_p],
-            spec.props_symbol: [c_void_p, c_int],
+            self.spec.props_symbol: [c_void_p, c_int],
             "GetDeviceProperties": [c_void_p, c_int],  # runtimes older than CUDA 12 (CoreX) lack _v2
         }
-        for name, argtypes in sig.items():
-            fn = getattr(lib, p + name, None)
-            if fn is not None:
-                fn.argtypes, fn.restype = argtypes, c_int
-            self._fns[name] = fn
-        self._error_name = getattr(lib, p + "GetErrorName", None)
-        if self._error_name is not None:
-            self._error_name.argtypes, self._error_name.restype = [c_int], ctypes.c_char_p
-        missing = [p + n for n in ("GetDeviceCount", "SetDevice", "Malloc", "Free", "MemcpyAsync", "StreamCreate",
-                                   "StreamSynchronize", "EventCreate", "EventRecord") if self._fns[n] is None]
-        if missing:
-            raise OSError(f"{path} lacks {', '.join(missing)}")
-
-    @classmethod
-    def load(cls, spec: CudaLikeSpec) -> tuple["CudaLikeRuntime | None", str]:
-        lib, path, reason = load_library(spec.search)
-        if lib is None:
-            return None, reason
-        try:
-            return cls(spec, lib, path), ""
-        except OSError as exc:
-            return None, f"{path} is not a usable {spec.vendor} runtime: {exc}"
 
     # ------------------------------------------------------------------ calls
-    def name_of(self, status: int) -> str | None:
-        if self._error_name is None:
-            return None
-        raw = self._error_name(status)
-        return raw.decode() if raw else None
-
     def call(self, name: str, *args, op: str | None = None) -> None:
         fn = self._fns.get(name)
         if fn is None:

@@ -96,3 +96,48 @@ def load_library(search: LibrarySearch, mode: int = ctypes.RTLD_GLOBAL) -> tuple
     if errors:
         return None, "", f"{search.names[0]} could not be loaded ({'; '.join(errors)}; searched: {where})"
     return None, "", f"{search.names[0]} not found (searched: {where})"
+
+
+class BoundLibrary:
+    """A vendor library bound once with ctypes.  Subclasses give ``signatures()``
+    ({name without prefix: argtypes}, every function returning an int status),
+    ``REQUIRED`` names and ``KIND`` (for messages); ``load(spec)`` never raises."""
+
+    REQUIRED: tuple = ()
+    KIND = "library"
+    NAME_FN = ""  # "<prefix><NAME_FN>(status) -> const char*" gives a status its name, if exported
+
+    def __init__(self, spec, lib: ctypes.CDLL, path: str):
+        self.spec, self.lib, self.path = spec, lib, path
+        self._fns = {}
+        for name, argtypes in self.signatures().items():
+            fn = getattr(lib, spec.prefix + name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            self._fns[name] = fn
+        self._name_fn = getattr(lib, spec.prefix + self.NAME_FN, None) if self.NAME_FN else None
+        if self._name_fn is not None:
+            self._name_fn.argtypes, self._name_fn.restype = [ctypes.c_int], ctypes.c_char_p
+        missing = [spec.prefix + n for n in self.REQUIRED if self._fns.get(n) is None]
+        if missing:
+            raise OSError(f"{path} lacks {', '.join(missing)}")
+
+    def signatures(self) -> dict:
+        return {}
+
+    @classmethod
+    def load(cls, spec):
+        """(bound library or None, reason when None)."""
+        lib, path, reason = load_library(spec.search)
+        if lib is None:
+            return None, reason
+        try:
+            return cls(spec, lib, path), ""
+        except OSError as exc:
+            return None, f"{path} is not a usable {spec.vendor} {cls.KIND}: {exc}"
+
+    def name_of(self, status: int) -> str | None:
+        if self._name_fn is None:
+            return None
+        raw = self._name_fn(status)
+        return raw.decode() if raw else None

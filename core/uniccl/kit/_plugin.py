@@ -125,19 +125,21 @@ class CudaLikePlugin:
 
     # ---------------------------------------------------------- lazy loading
     def runtime(self) -> CudaLikeRuntime:
+        """The bound runtime; a failed search is not remembered (the environment may change)."""
         with self._lock:
-            if self._rt is None and self._rt_reason is None:
+            if self._rt is None:
                 self._rt, self._rt_reason = CudaLikeRuntime.load(self.runtime_spec)
         if self._rt is None:
             raise PlatformUnavailable(f"{self.name}: {self._rt_reason}")
         return self._rt
 
     def ccl(self) -> tuple[CclLibrary | None, str]:
+        if self.ccl_spec is None:
+            return None, "no collective library for this platform"
         with self._lock:
-            if self.ccl_spec is not None and self._ccl is None and self._ccl_reason is None:
+            if self._ccl is None:
                 self._ccl, self._ccl_reason = CclLibrary.load(self.ccl_spec)
-        return self._ccl, self._ccl_reason or ("no collective library for this platform" if self.ccl_spec is None
-                                               else "")
+        return self._ccl, self._ccl_reason or ""
 
     def kernels(self):
         if self._kernels is None:

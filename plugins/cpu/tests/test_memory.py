@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import view
+from cpu_helpers import view
 from uniccl._errors import InternalError, InvalidArgument
 from uniccl._types import MemcpyKind
 

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import addr
+from cpu_helpers import addr
 from uniccl._errors import InvalidArgument, InvalidUsage
 from uniccl._types import DType, MemcpyKind, ReduceOp
 
