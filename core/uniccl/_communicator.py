@@ -61,7 +61,7 @@ class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
     __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
-                 "staged")
+                 "staged", "native")
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
@@ -72,6 +72,7 @@ class Plan:
         self.post = None  # point-to-point only: start the transfer, return its request
         self.finish = None  # ... and complete it
         self.staged = None  # device buffers seen through host mirrors (_device.Staged)
+        self.native = None  # point-to-point through this vendor library (NativeNccl)
 
 
 class Communicator:
@@ -120,6 +121,8 @@ class Communicator:
         self._native, self._native_comm = None, None
         if self._backend.native_collectives is not None:
             self._native = self._backend.native_collectives()
+        if self._native is not None:
+            self._init_native()
         self._staging = threading.local()
         self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
         self._lock = threading.RLock()
@@ -307,18 +310,38 @@ class Communicator:
         self._staging.list.append(staged)
         return staged
 
+    def _init_native(self) -> None:
+        """Make the vendor library's communicator now, while every rank is here (as NCCL
+        users call ncclCommInitRank up front): point-to-point calls, which involve two
+        ranks only, can then use it too.  If any rank fails, none uses the native path."""
+        error = None
+        try:
+            self._native_comm = self._native.create(self.size, self.rank, self.device, self._t.bcast_obj)
+        except UnicclError as exc:
+            error = f"rank {self.rank}: {exc}"
+        errors = [e for e in self._t.allgather_obj(error) if e] if self.size > 1 else [error] if error else []
+        if errors:
+            logger.warning("native collectives (%s) not used: %s", self._native.name, errors[0])
+            if self._native_comm is not None:
+                self._native.destroy(self._native_comm)
+            self._native, self._native_comm = None, None
+
+    def native_p2p(self, b) -> bool:
+        """Does a send/recv of ``b`` go through the vendor library (a device buffer, and a
+        datatype the library has)?  Both sides decide alike when they pass alike buffers."""
+        return (isinstance(b, _device.Staged) and self._native is not None and b.device == self.device
+                and self._native.supports(b.dtype))
+
     def _native_path(self, plan: Plan):
         """Native-library arguments when this rank can take the native path, else None."""
-        if self._native is None or len({s.device for s in plan.staged}) != 1:
-            return None
+        if self._native is None or {s.device for s in plan.staged} != {self.device}:
+            return None  # the library's communicator lives on this rank's device; others stage
         args = _device.native_args(plan, plan.staged)
         if args is None or not self._native.supports(plan.dtype, plan.op if plan.op >= 0 else 0):
             return None
         return args
 
     def _run_native(self, plan: Plan, args: dict):
-        if self._native_comm is None:
-            self._native_comm = self._native.create(self.size, self.rank, args["device"], self._t.bcast_obj)
         self._native.run(plan.name, self._native_comm, args, args["stream"], self.rank)
         self._backend.stream_synchronize(args["stream"])
         if plan.name == "reduce" and self.rank != plan.root:
@@ -588,6 +611,8 @@ class Communicator:
     def _plan_p2p(self, name, buf, peer):
         b = chk.buffer(self, buf, name, "buf", writable=name == "recv")
         peer = self._check_peer(peer, name)
+        if self.native_p2p(b):
+            return self._plan_native_p2p(name, buf, b, peer)
         start = self._t.isend if name == "send" else self._t.irecv
         staged = isinstance(b, _device.Staged)
         tmp = []  # a device buffer moves through its own pinned copy (several may be in one group)
@@ -619,6 +644,25 @@ class Communicator:
             return buf
         plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
         plan.post, plan.finish = post, finish
+        return plan
+
+    def _plan_native_p2p(self, name, buf, b, peer):
+        """send/recv of a device buffer through the vendor library (ncclSend/ncclRecv); inside
+        uniccl.group() the group's transfers are issued between its group start and end."""
+        args = {"send" if name == "send" else "recv": b.dev_ptr, "count": b.count, "dtype": b.dtype, "peer": peer}
+
+        def post():
+            self._native.run(name, self._native_comm, args, b.stream, self.rank)
+
+        def finish(_):
+            self._backend.stream_synchronize(b.stream)
+
+        def run(_):
+            post()
+            finish(None)
+            return buf
+        plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
+        plan.post, plan.finish, plan.native = post, finish, self._native
         return plan
 
     def _plan_send(self, buf, peer):

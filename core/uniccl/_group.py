@@ -31,12 +31,21 @@ class _Group:
         for comm in {id(c): c for c, _, _ in self.items}.values():
             comm._executor.drain()  # earlier async work first: issue order
         started = []
-        for comm, plan, work in self.items:
-            if plan.p2p:
-                try:
-                    started.append((comm, plan, work, plan.post()))
-                except BaseException as exc:
-                    work._finish(error=exc)
+        # device-buffer transfers go to the vendor library between its group start and end,
+        # like ncclGroupStart/End around ncclSend/ncclRecv
+        natives = list({id(p.native): p.native for _, p, _ in self.items if p.p2p and p.native}.values())
+        for lib in natives:
+            lib.group_start()
+        try:
+            for comm, plan, work in self.items:
+                if plan.p2p:
+                    try:
+                        started.append((comm, plan, work, plan.post()))
+                    except BaseException as exc:
+                        work._finish(error=exc)
+        finally:
+            for lib in natives:
+                lib.group_end()
         for comm, plan, work in self.items:
             if not plan.p2p:
                 try:

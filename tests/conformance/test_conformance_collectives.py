@@ -39,3 +39,5 @@ def test_collectives_on_device_buffers(platform, rank_env, backend, n, path):
         if row["nccl_all_reduce_calls"] >= 0:  # the emulation counts calls (real libraries do not)
             # the native path calls NCCL's all_reduce; staging never does
             assert (row["nccl_all_reduce_calls"] > 0) == (path == "native"), row
+            # device-buffer send/recv (in a group): ncclSend/ncclRecv between group start and end
+            assert (row["nccl_p2p_calls"] > 0) == (path == "native"), row

@@ -31,7 +31,7 @@ def data(rank, n, t, salt):
 def main() -> int:
     comm = uniccl.init()
     r, n, be = comm.rank, comm.size, comm._backend
-    dev = lambda a: DeviceArray(be, a)  # noqa: E731
+    dev = lambda a: DeviceArray(be, a, device=comm.device)  # noqa: E731  (this rank's device)
     cases, failures, salt = 0, [], 0
 
     def check(name, got, expect):
@@ -89,15 +89,16 @@ def main() -> int:
                 snd.free(); rcv.free()  # noqa: E702
             except Exception:
                 failures.append(f"{tag}: {traceback.format_exc()}")
-    calls = -1
+    calls = p2p_calls = -1
     if be.name != "cpu":
         lib = ctypes.CDLL(None)
         fn = getattr(lib, "uniccl_emu_calls", None)
         if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
             calls = fn(b"ncclAllReduce")
+            p2p_calls = fn(b"ncclSend") + fn(b"ncclRecv")
     print(json.dumps({"rank": r, "platform": be.name, "cases": cases, "failures": failures[:5],
-                      "nccl_all_reduce_calls": calls}), flush=True)
+                      "nccl_all_reduce_calls": calls, "nccl_p2p_calls": p2p_calls}), flush=True)
     comm.destroy()
     return 1 if failures else 0
 

@@ -16,8 +16,8 @@ from _platform import DeviceArray  # noqa: E402
 
 comm = uniccl.init()
 r, n, be = comm.rank, comm.size, comm._backend
-stream = be.stream_create(0)
-a = DeviceArray(be, np.full(1000, r + 1.0, np.float32), stream=stream)
+stream = be.stream_create(comm.device)
+a = DeviceArray(be, np.full(1000, r + 1.0, np.float32), device=comm.device, stream=stream)
 emu = ctypes.CDLL(None)
 emu.uniccl_emu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 if r == 1:
