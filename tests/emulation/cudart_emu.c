@@ -1103,9 +1103,9 @@ EMU_EXPORT int uniccl_emu__launch(void *h, void (*fn)(void *), void *arg)
 }
 
 /* ------------------------------------------------------------------- events */
-EMU_EXPORT cudaError_t cudaEventCreateWithFlags(void **out, unsigned flags)
+/* Both creators: each counts and fails under its own name (ENTER), then shares this. */
+static cudaError_t event_create(void **out, unsigned flags)
 {
-    ENTER("cudaEventCreateWithFlags");
     if (!out || (flags & ~0xfu))
         return set_err(cudaErrorInvalidValue);
     DEV_OK();
@@ -1123,23 +1123,16 @@ EMU_EXPORT cudaError_t cudaEventCreateWithFlags(void **out, unsigned flags)
     return cudaSuccess;
 }
 
+EMU_EXPORT cudaError_t cudaEventCreateWithFlags(void **out, unsigned flags)
+{
+    ENTER("cudaEventCreateWithFlags");
+    return event_create(out, flags);
+}
+
 EMU_EXPORT cudaError_t cudaEventCreate(void **out)
 {
     ENTER("cudaEventCreate");
-    if (!out)
-        return set_err(cudaErrorInvalidValue);
-    DEV_OK();
-    event_t *e = calloc(1, sizeof *e);
-    if (!e)
-        return set_err(cudaErrorMemoryAllocation);
-    e->magic = EVENT_MAGIC;
-    e->refs = 1;
-    pthread_mutex_lock(&g_mu);
-    e->next = g_events;
-    g_events = e;
-    pthread_mutex_unlock(&g_mu);
-    *out = e;
-    return cudaSuccess;
+    return event_create(out, 0);
 }
 
 EMU_EXPORT cudaError_t cudaEventDestroy(void *h)
