@@ -343,7 +343,9 @@ class Communicator:
 
     def _run_native(self, plan: Plan, args: dict):
         self._native.run(plan.name, self._native_comm, args, args["stream"], self.rank)
-        self._backend.stream_synchronize(args["stream"])
+        if args["stream"] is None:  # no stream given: done on return, like the host path
+            self._backend.stream_synchronize(None)
+        # else NCCL's contract: enqueued on the caller's stream, complete when it gets there
         if plan.name == "reduce" and self.rank != plan.root:
             return None
         return args["result"]
@@ -655,7 +657,8 @@ class Communicator:
             self._native.run(name, self._native_comm, args, b.stream, self.rank)
 
         def finish(_):
-            self._backend.stream_synchronize(b.stream)
+            if b.stream is None:  # as for collectives: a given stream orders it, no wait here
+                self._backend.stream_synchronize(None)
 
         def run(_):
             post()

@@ -89,6 +89,19 @@ def main() -> int:
                 snd.free(); rcv.free()  # noqa: E702
             except Exception:
                 failures.append(f"{tag}: {traceback.format_exc()}")
+    # on a stream of the caller's: the op is ordered there (native: enqueued, not waited for)
+    stream = be.stream_create(comm.device) if be.stream_create else None
+    for t in (np.float32, np.int64):
+        x = [data(q, 5000, t, 999) for q in range(n)]
+        a = DeviceArray(be, x[r], device=comm.device, stream=stream)
+        comm.all_reduce(a.buffer())
+        if stream is not None:
+            be.stream_synchronize(stream)
+        check(f"all_reduce on a stream {np.dtype(t).name}", a.download(),
+              np.sum([v.astype(np.float64) for v in x], axis=0))
+        a.free()
+    if stream is not None:
+        be.stream_destroy(stream)
     calls = p2p_calls = -1
     if be.name != "cpu":
         lib = ctypes.CDLL(None)
