@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from . import _algorithms as alg
-from . import _device
+from . import _device, _staged_reduce
 from . import _checks as chk
 from . import _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
@@ -118,6 +118,8 @@ class Communicator:
         self.device = self.local_rank % ndev
         self._scratch = _device.Slots(self._hostb)  # algorithms' scratch space
         self._mirrors = _device.Slots(self._backend)  # device buffers' host mirrors
+        self._device_scratch = _device.Slots(self._backend, on_device=self.device) \
+            if self._backend.mem_alloc is not None and record.name != "cpu" else None
         self._native, self._native_comm = None, None
         if self._backend.native_collectives is not None:
             self._native = self._backend.native_collectives()
@@ -162,6 +164,8 @@ class Communicator:
             self._destroyed = True
             self._scratch.free()
             self._mirrors.free()
+            if self._device_scratch is not None:
+                self._device_scratch.free()
             if self._native_comm is not None:
                 try:
                     self._native.destroy(self._native_comm)
@@ -287,6 +291,8 @@ class Communicator:
                 _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
             if plan.run is None:
                 return None
+            if staged and _staged_reduce.applies(self, plan):
+                return _staged_reduce.run(self, plan, seq)  # writes the device buffers itself
             result = self._run_host(plan, seq)
             if staged:
                 _device.stage_out(self._backend, staged)

@@ -38,21 +38,26 @@ class Staged:
 
 
 class Slots:
-    """Host buffers from a platform's ``host_alloc`` (pinned on device platforms), one per
-    slot, grown as needed and kept: no allocation per call in steady state.  The
-    communicator's scratch space and its device buffers' mirrors are two of these."""
+    """Buffers kept per slot, grown as needed: no allocation per call in steady state.  By
+    default host buffers from a platform's ``host_alloc`` (pinned on device platforms): the
+    communicator's scratch space and its device buffers' mirrors; ``on_device`` makes the
+    device scratch of the staged reductions."""
 
-    def __init__(self, backend):
-        self._backend = backend
+    def __init__(self, backend, on_device: int | None = None):
+        if on_device is None:
+            self._alloc, self._free = backend.host_alloc, backend.host_free
+        else:
+            self._alloc = lambda n: backend.mem_alloc(on_device, n)
+            self._free = lambda p: backend.mem_free(on_device, p)
         self._slots: dict = {}
 
     def get(self, slot, nbytes: int) -> int:
         ptr, size = self._slots.get(slot, (0, 0))
         if size < nbytes:
             if ptr:
-                self._backend.host_free(ptr)
+                self._free(ptr)
             size = max(nbytes, 2 * size, 4096)
-            ptr = self._backend.host_alloc(size)
+            ptr = self._alloc(size)
             self._slots[slot] = (ptr, size)
         return ptr
 
@@ -60,7 +65,7 @@ class Slots:
 
     def free(self) -> None:
         for ptr, _ in self._slots.values():
-            self._backend.host_free(ptr)
+            self._free(ptr)
         self._slots.clear()
 
 

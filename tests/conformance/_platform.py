@@ -37,7 +37,8 @@ def host_kernels() -> str:
 
     out = _cache_root() / "kernels-host" / "libuniccl_kernels_host.so"
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists() or out.stat().st_mtime < (KDIR / "reduce.cu").stat().st_mtime:
+    newest = max(f.stat().st_mtime for f in KDIR.iterdir() if f.suffix in (".cu", ".h"))
+    if not out.exists() or out.stat().st_mtime < newest:
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         res = subprocess.run([cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-include",
                               str(KDIR / "host_compat.h"), str(KDIR / "reduce.cu"), "-o", str(tmp)],

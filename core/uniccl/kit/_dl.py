@@ -75,9 +75,10 @@ def find_library(search: LibrarySearch) -> tuple[str | None, list[str]]:
     return None, tried
 
 
-def load_library(search: LibrarySearch, mode: int = ctypes.RTLD_GLOBAL) -> tuple[ctypes.CDLL | None, str, str]:
-    """(library or None, path or name loaded, reason when None).  RTLD_GLOBAL so that a
-    collective library opened later resolves the same runtime's symbols."""
+def load_library(search: LibrarySearch, mode: int = ctypes.RTLD_LOCAL) -> tuple[ctypes.CDLL | None, str, str]:
+    """(library or None, path or name loaded, reason when None).  RTLD_LOCAL: CUDA's and
+    CoreX's runtimes export the same ``cuda*`` names (MetaX's and Moore's CCLs the same
+    ``mccl*``), and two plugins probing in one process must not bind to each other's."""
     path, tried = find_library(search)
     errors = []
     if path is not None:

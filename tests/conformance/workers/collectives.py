@@ -104,7 +104,7 @@ def main() -> int:
         be.stream_destroy(stream)
     calls = p2p_calls = -1
     if be.name != "cpu":
-        lib = ctypes.CDLL(None)
+        lib = be.record.module.runtime().lib  # its counters cover the emulated NCCL's calls too
         fn = getattr(lib, "uniccl_emu_calls", None)
         if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int

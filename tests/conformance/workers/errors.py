@@ -18,7 +18,7 @@ comm = uniccl.init()
 r, n, be = comm.rank, comm.size, comm._backend
 stream = be.stream_create(comm.device)
 a = DeviceArray(be, np.full(1000, r + 1.0, np.float32), device=comm.device, stream=stream)
-emu = ctypes.CDLL(None)
+emu = be.record.module.runtime().lib  # the emulated runtime (opened RTLD_LOCAL: no global lookup)
 emu.uniccl_emu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 if r == 1:
     emu.uniccl_emu_fail(b"cudaMemcpyAsync", 700, 0, 1)  # the next call fails with cudaErrorIllegalAddress
