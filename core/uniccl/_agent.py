@@ -100,6 +100,10 @@ class NodeJob:
                        UNICCL_LOCAL_RANK=str(local), UNICCL_LOCAL_SIZE=str(len(self.ranks)),
                        UNICCL_NODE_RANK=str(self.node_rank), UNICCL_NNODES=str(self.nnodes), PYTHONUNBUFFERED="1")
             env.update(self.env)
+            platforms = env.get("UNICCL_PLATFORMS", "")
+            if platforms:  # a mixed-vendor job: rank r takes the r-th platform (cycling)
+                names = [p.strip() for p in platforms.split(",") if p.strip()]
+                env["UNICCL_PLATFORM"] = names[rank % len(names)]
             log = open(os.path.join(self.log_dir, f"rank-{rank}.log"), "w") if self.log_dir else None
             try:
                 proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

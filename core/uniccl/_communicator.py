@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import zlib
 
 import numpy as np
 
@@ -41,8 +42,11 @@ _COLL_IDS = {name: i for i, name in enumerate(
      "gather", "scatter"))}
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # Header fields every rank must agree on, per collective (indexes into the header).
-_H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT, _H_NATIVE = range(7)
-HEADER_WORDS = 8  # the record the shm engine exchanges (1 spare word)
+_H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT, _H_NATIVE, _H_DEVRED = range(8)
+HEADER_WORDS = 8  # the record the shm engine exchanges
+# _H_NATIVE: the vendor library this rank would run the call with (0: none); _H_DEVRED: 1 when
+# this rank would reduce staged device buffers with its kernels.  Ranks of a mixed-vendor job
+# may differ in both: a path is taken only when every rank asks for the same one.
 _FIELD_NAMES = {_H_DTYPE: "dtype", _H_COUNT: "count", _H_OP: "op", _H_ROOT: "root"}
 _AGREE = {
     "barrier": (),
@@ -123,8 +127,8 @@ class Communicator:
         self._native, self._native_comm = None, None
         if self._backend.native_collectives is not None:
             self._native = self._backend.native_collectives()
-        if self._native is not None:
-            self._init_native()
+        self._native_id = 0
+        self._init_native()
         self._staging = threading.local()
         self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
         self._lock = threading.RLock()
@@ -280,18 +284,20 @@ class Communicator:
                         _device.stage_in(self._backend, self._mirrors, staged)
                     except UnicclError as exc:
                         plan.error = _located(exc, plan.name, self.rank)  # the agreement tells the peers
-            self._hdr_view[_H_NATIVE] = native is not None
+            self._hdr_view[_H_NATIVE] = self._native_id if native is not None else 0
+            self._hdr_view[_H_DEVRED] = bool(staged) and native is None and _staged_reduce.applies(self, plan)
             if self.size > 1:
                 self._agree(plan, seq)
             elif plan.error is not None:
                 raise plan.error
+            hdrs = self._hdrs if self.size > 1 else self._hdr[None, :]
             if native is not None:
-                if self.size == 1 or self._hdrs[:, _H_NATIVE].all():
+                if (hdrs[:, _H_NATIVE] == self._native_id).all():
                     return self._run_native(plan, native)
                 _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
             if plan.run is None:
                 return None
-            if staged and _staged_reduce.applies(self, plan):
+            if staged and hdrs[:, _H_DEVRED].all():
                 return _staged_reduce.run(self, plan, seq)  # writes the device buffers itself
             result = self._run_host(plan, seq)
             if staged:
@@ -320,9 +326,19 @@ class Communicator:
         """Make the vendor library's communicator now, while every rank is here (as NCCL
         users call ncclCommInitRank up front): point-to-point calls, which involve two
         ranks only, can then use it too.  If any rank fails, none uses the native path."""
+        # every rank takes part (also those without a library): the ranks of a mixed-vendor
+        # communicator learn together that no one library spans it
+        mine = zlib.crc32(f"{self.platform}:{self._native.name}".encode()) | 1 if self._native is not None else 0
+        ids = self._t.allgather_obj(mine) if self.size > 1 else [mine]
+        if not mine or len(set(ids)) != 1:
+            if mine:
+                logger.info("native collectives (%s) not used: the ranks' platforms differ", self._native.name)
+            self._native = None
+            return
         error = None
         try:
             self._native_comm = self._native.create(self.size, self.rank, self.device, self._t.bcast_obj)
+            self._native_id = mine
         except UnicclError as exc:
             error = f"rank {self.rank}: {exc}"
         errors = [e for e in self._t.allgather_obj(error) if e] if self.size > 1 else [error] if error else []
@@ -330,7 +346,7 @@ class Communicator:
             logger.warning("native collectives (%s) not used: %s", self._native.name, errors[0])
             if self._native_comm is not None:
                 self._native.destroy(self._native_comm)
-            self._native, self._native_comm = None, None
+            self._native, self._native_comm, self._native_id = None, None, 0
 
     def native_p2p(self, b) -> bool:
         """Does a send/recv of ``b`` go through the vendor library (a device buffer, and a

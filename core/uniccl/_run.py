@@ -52,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
                    help="extra ssh argument, repeatable (e.g. --ssh-option=-i --ssh-option=key)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
+    p.add_argument("--platforms", metavar="P0,P1,...", help="platform of each rank (cycling), for "
+                   "mixed-vendor jobs: rank r gets UNICCL_PLATFORM=P[r %% len]")
     p.add_argument("--rendezvous-addr", help="address the ranks reach this launcher at (default: the route to "
                    "the first node)")
     p.add_argument("program", help="executable or .py file")
@@ -106,6 +108,8 @@ def main(args) -> int:
         if args.n is not None and args.n < 1:
             raise InvalidArgument(f"must be >= 1, got {args.n}", op="run", argument="-n")
         env = _user_env(args.env)
+        if args.platforms:
+            env["UNICCL_PLATFORMS"] = args.platforms
         argv = [args.program, *args.args]
         if launcher == "local":
             n = args.n or 1
