@@ -47,3 +47,15 @@ def test_bad_input_on_one_rank_of_a_mixed_job():
     rows = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     assert res.returncode == 0 and rows, res.stdout[-3000:] + res.stderr[-3000:]
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]][:3]
+
+
+def test_info_all_ranks_shows_each_ranks_platform():
+    platforms = ("nvidia", "cpu", "iluvatar")
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", "--platforms", ",".join(platforms),
+         "--", sys.executable, "-m", "uniccl", "info", "--all-ranks", "--json"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, **mixed_env()))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = json.loads(res.stdout[res.stdout.index("["):])
+    assert [(r["rank"], r["platform"]) for r in rows] == list(enumerate(platforms))
+    assert all(r["device_name"] for r in rows)

@@ -1,6 +1,7 @@
 """``uniccl.info()`` / ``uniccl info``: what is installed, what works, and why."""
 from __future__ import annotations
 
+import json
 import platform as _platform
 import sys
 
@@ -70,3 +71,29 @@ def format_info(data: dict) -> str:
     c = data["chosen"]
     lines.append(f"chosen platform: {c['platform'] or 'none'} ({c['why']})")
     return "\n".join(lines)
+
+
+def all_ranks(as_json: bool = False) -> int:
+    """Every rank of the job reports host, platform, device and transport; rank 0 prints them."""
+    import socket
+
+    from ._init import init
+
+    with init() as comm:
+        probe = comm._backend.record.probe
+        devices = probe.get("devices") or [{}]
+        dev = devices[comm.device] if comm.device < len(devices) else {}
+        row = {"rank": comm.rank, "host": socket.gethostname(), "platform": comm.platform,
+               "device": comm.device, "device_name": dev.get("name", ""), "local_rank": comm.local_rank,
+               "transport": comm._tuner.transport, "native": comm._native.name if comm._native else "",
+               "kernels": str(probe.get("kernels", ""))}
+        rows = comm._t.allgather_obj(row) if comm.size > 1 else [row]
+    if rows[0]["rank"] == comm.rank == 0 or comm.size == 1:
+        if as_json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(f"{'rank':>4}  {'host':<16} {'platform':<10} {'dev':>3}  {'device':<28} {'transport':<9} native")
+            for r in rows:
+                print(f"{r['rank']:>4}  {r['host']:<16} {r['platform']:<10} {r['device']:>3}  "
+                      f"{r['device_name'][:28]:<28} {r['transport']:<9} {r['native'] or '-'}")
+    return 0

@@ -7,8 +7,10 @@ import sys
 
 
 def _info(args) -> int:
-    from ._info import format_info, info
+    from ._info import all_ranks, format_info, info
 
+    if args.all_ranks:
+        return all_ranks(args.json)
     data = info()
     print(json.dumps(data, indent=2, default=str) if args.json else format_info(data))
     return 0
@@ -22,6 +24,8 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="plugins, their state and why; the chosen platform; MPI")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all-ranks", action="store_true", help="under a launcher (uniccl run -n 4 uniccl info "
+                   "--all-ranks): one row per rank with host, platform and device, printed by rank 0")
     p.set_defaults(func=_info)
     p = sub.add_parser("bench", help="nccl-tests style collective benchmark")
     _bench.add_arguments(p)
