@@ -65,7 +65,7 @@ class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
     __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
-                 "staged", "native")
+                 "staged", "native", "args")
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
@@ -77,6 +77,7 @@ class Plan:
         self.finish = None  # ... and complete it
         self.staged = None  # device buffers seen through host mirrors (_device.Staged)
         self.native = None  # point-to-point through this vendor library (NativeNccl)
+        self.args = ()  # the caller's arguments (the hierarchical path re-issues the call)
 
 
 class Communicator:
@@ -143,6 +144,10 @@ class Communicator:
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
+        self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
+        ids = self._rank_native_ids
+        if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
+            self._make_hierarchy(ids)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -178,6 +183,9 @@ class Communicator:
             if self._engine is not None:
                 self._engine.close()
             self._t.free()
+        for sub in self._hier or ():
+            if sub is not None:
+                sub.destroy()
 
     def _alive(self, op: str) -> None:
         if self._destroyed:
@@ -257,6 +265,7 @@ class Communicator:
             plan = Plan(name, p2p=name in ("send", "recv"))
             plan.error = exc
         plan.staged, self._staging.list = self._staging.list, None
+        plan.args = args
         if plan.p2p and plan.error is not None:
             raise plan.error  # point-to-point errors are local: no peer waits in agreement
         group = _group.current()
@@ -290,6 +299,8 @@ class Communicator:
                 self._agree(plan, seq)
             elif plan.error is not None:
                 raise plan.error
+            if self._hier is not None and plan.name == "all_reduce" and plan.op != ReduceOp.AVG and plan.count:
+                return self._run_hierarchical(plan)
             hdrs = self._hdrs if self.size > 1 else self._hdr[None, :]
             if native is not None:
                 if (hdrs[:, _H_NATIVE] == self._native_id).all():
@@ -322,6 +333,30 @@ class Communicator:
         self._staging.list.append(staged)
         return staged
 
+    def _make_hierarchy(self, ids: list) -> None:
+        """Groups of ranks that share a vendor library, and their leaders: all_reduce then
+        runs the library inside each group and the host path only between leaders."""
+        group = self.split(sorted(set(ids)).index(ids[self.rank]), self.rank)
+        leaders = self.split(0 if group.rank == 0 else UNDEFINED, self.rank)
+        self._hier = (group, leaders)
+        sizes = {i: ids.count(i) for i in set(ids)}
+        logger.info("communicator rank %d/%d spans vendors: all_reduce is hierarchical (vendor library inside "
+                    "groups of sizes %s, host path between %d leaders)", self.rank, self.size,
+                    sorted(sizes.values(), reverse=True), len(sizes))
+
+    def _run_hierarchical(self, plan: Plan):
+        """Reduce inside the vendor group, all_reduce across group leaders, broadcast inside."""
+        sendbuf, recvbuf, op = plan.args
+        group, leaders = self._hier
+        out = sendbuf if recvbuf is None else recvbuf
+        logger.debug("all_reduce %d elements: hierarchical (group of %d, %s)", plan.count, group.size,
+                     "leader" if leaders is not None else "member")
+        group.all_reduce(sendbuf, recvbuf, op)
+        if leaders is not None:
+            leaders.all_reduce(out, None, op)
+        group.broadcast(out, root=0)
+        return out
+
     def _init_native(self) -> None:
         """Make the vendor library's communicator now, while every rank is here (as NCCL
         users call ncclCommInitRank up front): point-to-point calls, which involve two
@@ -330,6 +365,7 @@ class Communicator:
         # communicator learn together that no one library spans it
         mine = zlib.crc32(f"{self.platform}:{self._native.name}".encode()) | 1 if self._native is not None else 0
         ids = self._t.allgather_obj(mine) if self.size > 1 else [mine]
+        self._rank_native_ids = list(ids)
         if not mine or len(set(ids)) != 1:
             if mine:
                 logger.info("native collectives (%s) not used: the ranks' platforms differ", self._native.name)
