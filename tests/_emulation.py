@@ -9,6 +9,12 @@ the way they find the real SDK::
               <out>/nccl/lib/libnccl.so.2      (+ libnccl.so)
     iluvatar: <out>/corex/lib64/libcudart.so.10.2 (+ libcudart.so)
               <out>/corex/lib64/libnccl.so.2      (+ libnccl.so)
+    metax:    <out>/maca/lib/libmcruntime.so + libmccl.so   (mc*, mccl*)
+    moore:    <out>/musa/lib/libmusart.so + libmccl.so      (musa*, mccl*)
+
+metax and moore are the same C sources compiled to objects whose exported
+``cuda*``/``nccl*`` symbols are renamed (``objcopy --redefine-syms``) before
+linking; the names they count, inject and report follow the renaming.
 
 libnccl is linked against the emulated libcudart (real NCCL needs libcudart
 too), so both must come from the same tree.  Builds are cached per process in
@@ -64,6 +70,32 @@ KINDS = {
         "defines": ["-DEMU_COREX"],
         "nccl_version": 22403,
         "runtime_version": 10020,
+    },
+    # MACA: libmcruntime + MCCL under $MACA_PATH (default /opt/maca); versions are guesses
+    "metax": {
+        "root": "maca",
+        "home_env": "MACA_PATH",
+        "cudart_dir": "maca/lib",
+        "cudart": "libmcruntime.so",
+        "nccl_dir": "maca/lib",
+        "nccl": "libmccl.so",
+        "defines": ['-DEMU_DEVICE_NAME="MetaX emulated device"', "-DEMU_RUNTIME_VERSION=2320"],
+        "nccl_version": 21600,
+        "runtime_version": 2320,
+        "prefixes": ("mc", "mccl"),
+    },
+    # MUSA: libmusart + Moore's MCCL under $MUSA_HOME (default /usr/local/musa)
+    "moore": {
+        "root": "musa",
+        "home_env": "MUSA_HOME",
+        "cudart_dir": "musa/lib",
+        "cudart": "libmusart.so",
+        "nccl_dir": "musa/lib",
+        "nccl": "libmccl.so",
+        "defines": ['-DEMU_DEVICE_NAME="Moore Threads emulated device"', "-DEMU_RUNTIME_VERSION=4020"],
+        "nccl_version": 21600,
+        "runtime_version": 4020,
+        "prefixes": ("musa", "mccl"),
     },
 }
 
@@ -123,6 +155,7 @@ def _info(kind: str, out: Path) -> dict:
         "lib_dirs": lib_dirs,
         "nccl_version": k["nccl_version"],
         "runtime_version": k["runtime_version"],
+        "prefixes": k.get("prefixes", ("cuda", "nccl")),  # runtime, collective library symbol prefixes
     }
 
 
@@ -134,6 +167,8 @@ def _run(cmd: list) -> None:
 
 def _compile(kind: str, out: Path, cc: str) -> None:
     k = KINDS[kind]
+    if "prefixes" in k:
+        return _compile_renamed(kind, out, cc)
     cudart_dir, nccl_dir = out / k["cudart_dir"], out / k["nccl_dir"]
     cudart_dir.mkdir(parents=True, exist_ok=True)
     nccl_dir.mkdir(parents=True, exist_ok=True)
@@ -150,8 +185,59 @@ def _compile(kind: str, out: Path, cc: str) -> None:
     (nccl_dir / "libnccl.so").symlink_to(k["nccl"])
 
 
+def _objcopy() -> str:
+    tool = shutil.which("objcopy")
+    if not tool:
+        raise EmulationUnavailable("no objcopy (binutils) found to rename the emulation's symbols")
+    return tool
+
+
+def _rename(obj: Path, prefixes: tuple) -> None:
+    """Rename the object's exported cuda*/nccl* symbols (definitions and references) to the
+    vendor's prefixes; uniccl_emu_* stay as they are."""
+    rt, ccl = prefixes
+    r = subprocess.run(["nm", "-g", "--defined-only", str(obj)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise EmulationUnavailable(f"nm failed on {obj}: {r.stderr}")
+    pairs = []
+    for line in r.stdout.splitlines():
+        name = line.split()[-1] if line.split() else ""
+        if name.startswith("cuda"):
+            pairs.append(f"{name} {rt}{name[4:]}")
+        elif name.startswith("nccl"):
+            pairs.append(f"{name} {ccl}{name[4:]}")
+    table = obj.with_suffix(".syms")
+    table.write_text("\n".join(pairs) + "\n")
+    _run([_objcopy(), f"--redefine-syms={table}", str(obj)])
+
+
+def _compile_renamed(kind: str, out: Path, cc: str) -> None:
+    """The same sources as nvidia's, compiled to objects, symbols renamed, then linked into
+    the vendor's layout (one folder holds the runtime and the collective library)."""
+    k = KINDS[kind]
+    rt, ccl = k["prefixes"]
+    cudart_dir, nccl_dir = out / k["cudart_dir"], out / k["nccl_dir"]
+    cudart_dir.mkdir(parents=True, exist_ok=True)
+    nccl_dir.mkdir(parents=True, exist_ok=True)
+    objs = out / "obj"
+    objs.mkdir(exist_ok=True)
+    cflags = [f for f in CFLAGS if f != "-shared"]
+    vendor = [*k["defines"], f'-DEMU_RT_PREFIX="{rt}"', f'-DEMU_CCL_PREFIX="{ccl}"', "-DEMU_NO_PROPS_V2"]
+    rt_obj, ccl_obj = objs / "cudart_emu.o", objs / "nccl_emu.o"
+    _run([cc, *cflags, *vendor, "-c", "-o", str(rt_obj), str(SRC_DIR / "cudart_emu.c")])
+    _run([cc, *cflags, *vendor, f"-DEMU_NCCL_VERSION={k['nccl_version']}",
+          f'-DEMU_CUDART_SONAME="{k["cudart"]}"', "-c", "-o", str(ccl_obj), str(SRC_DIR / "nccl_emu.c")])
+    _rename(rt_obj, k["prefixes"])
+    _rename(ccl_obj, k["prefixes"])
+    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['cudart']}", "-o", str(cudart_dir / k["cudart"]), str(rt_obj)])
+    rpath = "$ORIGIN/" + os.path.relpath(cudart_dir, nccl_dir) if nccl_dir != cudart_dir else "$ORIGIN"
+    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['nccl']}", "-o", str(nccl_dir / k["nccl"]), str(ccl_obj),
+          "-Wl,--no-as-needed", f"-L{cudart_dir}", f"-l:{k['cudart']}", f"-Wl,-rpath,{rpath}", "-ldl", "-lrt"])
+    shutil.rmtree(objs)
+
+
 def build(kind: str = "nvidia", outdir=None) -> dict:
-    """Compile the emulation of ``kind`` ("nvidia" or "iluvatar"); return its paths.
+    """Compile the emulation of ``kind`` ("nvidia", "iluvatar", "metax", "moore"); return its paths.
 
     Keys: ``root`` (CUDA_HOME/COREX_HOME-like folder), ``home_env`` (that
     variable's name), ``cudart``/``nccl`` (library files), ``cudart_dir``/
@@ -202,7 +288,7 @@ def env(info: dict, base: dict | None = None, **extra) -> dict:
     """Environment for a child process that should find this emulation.
 
     Prepends the library folders to LD_LIBRARY_PATH, sets the vendor's home
-    variable (CUDA_HOME or COREX_HOME; NCCL_HOME for nvidia) and shares the
+    variable (CUDA_HOME, COREX_HOME, MACA_PATH, MUSA_HOME; NCCL_HOME for nvidia) and shares the
     build cache.  ``extra`` adds variables (values are str()-ed).
     """
     e = dict(os.environ if base is None else base)
@@ -288,17 +374,26 @@ NCCL_SIGNATURES = {
 }
 
 
-def declare(cudart: ctypes.CDLL | None = None, nccl: ctypes.CDLL | None = None) -> None:
-    """Set restype/argtypes of the emulated functions on these handles."""
+def vendor_name(name: str, prefixes=("cuda", "nccl")) -> str:
+    """``name`` (a cuda*/nccl* name) as the emulation of a vendor with these prefixes exports it."""
+    for old, new in zip(("cuda", "nccl"), prefixes):
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def declare(cudart: ctypes.CDLL | None = None, nccl: ctypes.CDLL | None = None, prefixes=("cuda", "nccl")) -> None:
+    """Set restype/argtypes of the emulated functions on these handles (cuda*/nccl* names of
+    the tables, renamed to ``prefixes`` for the metax and moore emulations)."""
     for lib, table in ((cudart, CUDART_SIGNATURES), (nccl, NCCL_SIGNATURES)):
         if lib is None:
             continue
         for name, args in table.items():
-            fn = getattr(lib, name, None)
+            fn = getattr(lib, vendor_name(name, prefixes), None)
             if fn is not None:
                 fn.argtypes, fn.restype = args, ctypes.c_int
         for name in ("cudaGetErrorName", "cudaGetErrorString", "ncclGetErrorString", "ncclGetLastError"):
-            fn = getattr(lib, name, None)
+            fn = getattr(lib, vendor_name(name, prefixes), None)
             if fn is not None:
                 fn.restype = ctypes.c_char_p
         lib.uniccl_emu_fail.argtypes = [ctypes.c_char_p, _I, _I, _I]
@@ -306,7 +401,7 @@ def declare(cudart: ctypes.CDLL | None = None, nccl: ctypes.CDLL | None = None) 
         lib.uniccl_emu_calls.argtypes = [ctypes.c_char_p]
         lib.uniccl_emu_calls.restype = _I
     if nccl is not None:
-        nccl.ncclGetLastError.argtypes = [_P]
+        getattr(nccl, vendor_name("ncclGetLastError", prefixes)).argtypes = [_P]
 
 
 class Emulation:
@@ -321,7 +416,7 @@ class Emulation:
         self.info = info
         self.cudart = ctypes.CDLL(info["cudart"])
         self.nccl = ctypes.CDLL(info["nccl"])
-        declare(self.cudart, self.nccl)
+        declare(self.cudart, self.nccl, info["prefixes"])
 
     def fail(self, call: str, status: int, after: int = 0, times: int = -1) -> None:
         """Make ``call`` return ``status`` after ``after`` good calls, ``times`` times (-1: forever)."""
@@ -346,7 +441,7 @@ def load(kind: str = "nvidia", outdir=None) -> Emulation:
     return _loaded[key]
 
 
-if __name__ == "__main__":  # python tests/_emulation.py [nvidia|iluvatar] [OUTDIR]: build, print paths
+if __name__ == "__main__":  # python tests/_emulation.py [nvidia|iluvatar|metax|moore] [OUTDIR]: build, print paths
     import json
     import sys
 

@@ -450,7 +450,43 @@ def test_build_layout_and_cache():
     e = _emulation.env(info)
     assert e["COREX_HOME"] == info["root"] and e["LD_LIBRARY_PATH"].startswith(info["cudart_dir"])
     with pytest.raises(ValueError):
-        _emulation.build("metax")
+        _emulation.build("cambricon")
+
+
+@pytest.mark.parametrize("kind,rt,lib,home,device", [
+    ("metax", "mc", "maca/lib/libmcruntime.so", "MACA_PATH", "MetaX emulated device 1"),
+    ("moore", "musa", "musa/lib/libmusart.so", "MUSA_HOME", "Moore Threads emulated device 1")])
+def test_renamed_vendor_builds(kind, rt, lib, home, device):
+    """metax/moore: the same sources, every cuda*/nccl* export renamed to the vendor's prefixes
+    (mccl* for both collective libraries); the names counted, injected and reported follow."""
+    info = _emulation.require(kind)
+    out = Path(info["out"])
+    assert info["cudart"] == str(out / lib) and info["nccl"] == str(out / lib).replace(Path(lib).name, "libmccl.so")
+    assert info["home_env"] == home and info["lib_dirs"] == [str(Path(info["cudart"]).parent)]
+    assert _emulation.env(info)[home] == info["root"]
+    e = _emulation.load(kind)
+    for name in list(_emulation.CUDART_SIGNATURES) + ["cudaGetErrorName", "cudaGetErrorString"]:
+        assert not hasattr(e.cudart, name), name
+        # MACA and MUSA have no cudaGetDeviceProperties_v2 counterpart
+        assert hasattr(e.cudart, rt + name[4:]) == (name != "cudaGetDeviceProperties_v2"), name
+    for name in _emulation.NCCL_SIGNATURES:
+        assert not hasattr(e.nccl, name) and hasattr(e.nccl, "mccl" + name[4:]), name
+    cu = e.cudart
+    assert getattr(cu, rt + "GetErrorName")(700) == f"{rt}ErrorIllegalAddress".encode()
+    prop = ctypes.create_string_buffer(4096)
+    assert getattr(cu, rt + "GetDeviceProperties")(prop, 1) == 0 and prop.value == device.encode()
+    e.clear()
+    try:
+        e.fail(rt + "Malloc", 2, 0, 1)
+        p = c_void_p()
+        assert getattr(cu, rt + "Malloc")(byref(p), 64) == 2
+        assert getattr(cu, rt + "Malloc")(byref(p), 64) == 0 and getattr(cu, rt + "Free")(p) == 0
+        assert e.calls(rt + "Malloc") == 2 and e.calls("cudaMalloc") == 0
+        v = c_int()
+        assert e.nccl.mcclGetVersion(byref(v)) == 0 and v.value == info["nccl_version"]
+        assert e.calls("mcclGetVersion") == 1  # the collective library counts in its own runtime
+    finally:
+        e.clear()
 
 
 def test_exports(emu):

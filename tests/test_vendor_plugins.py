@@ -1,4 +1,4 @@
-"""The nvidia and iluvatar plugins as installed: they import anywhere, say exactly why they
+"""The nvidia, iluvatar, metax and moore plugins as installed: they import anywhere, say exactly why they
 are unavailable without their SDK or device, never displace the cpu platform, and (where
 the build machine has nvcc) carry the shared CUDA kernels compiled for sm_80/sm_90."""
 import os
@@ -14,7 +14,8 @@ INSTALLED = {ep.name for ep in metadata.entry_points(group="uniccl.plugins")}
 
 
 def _record(name, monkeypatch, **env):
-    for key in ("CUDA_HOME", "CUDA_PATH", "NCCL_HOME", "COREX_HOME", "COREX_DIR", "UNICCL_PLATFORM", "UNICCL_PLUGINS"):
+    for key in ("CUDA_HOME", "CUDA_PATH", "NCCL_HOME", "COREX_HOME", "COREX_DIR", "MACA_PATH", "MUSA_HOME",
+                "UNICCL_PLATFORM", "UNICCL_PLUGINS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -31,6 +32,26 @@ def test_iluvatar_unavailable_says_where_it_looked(monkeypatch, tmp_path):
     assert "/usr/local/corex/lib64" in rec.reason
 
 
+@pytest.mark.skipif("metax" not in INSTALLED, reason="uniccl-metax is not installed")
+def test_metax_unavailable_says_where_it_looked(monkeypatch, tmp_path):
+    rec = _record("metax", monkeypatch, MACA_PATH=str(tmp_path))
+    if Path("/opt/maca").exists():
+        pytest.skip("a MACA SDK is installed here")
+    assert rec.state == "unavailable"
+    assert rec.reason == ("libmcruntime.so not found (searched: $MACA_PATH/lib, $MACA_PATH/lib64, "
+                          "/opt/maca/lib, /opt/maca/lib64)")
+
+
+@pytest.mark.skipif("moore" not in INSTALLED, reason="uniccl-moore is not installed")
+def test_moore_unavailable_says_where_it_looked(monkeypatch, tmp_path):
+    rec = _record("moore", monkeypatch)
+    if Path("/usr/local/musa").exists():
+        pytest.skip("a MUSA SDK is installed here")
+    assert rec.state == "unavailable"
+    assert rec.reason == ("libmusart.so not found (searched: $MUSA_HOME/lib (unset), $MUSA_HOME/lib64 (unset), "
+                          "/usr/local/musa/lib, /usr/local/musa/lib64)")
+
+
 @pytest.mark.skipif("nvidia" not in INSTALLED, reason="uniccl-nvidia is not installed")
 def test_nvidia_unavailable_with_the_exact_reason(monkeypatch, tmp_path):
     rec = _record("nvidia", monkeypatch, CUDA_HOME=str(tmp_path))
@@ -42,7 +63,7 @@ def test_nvidia_unavailable_with_the_exact_reason(monkeypatch, tmp_path):
             or rec.reason.startswith("no NVIDIA CUDA device: cudaGetDeviceCount returned cudaError")), rec.reason
 
 
-@pytest.mark.skipif(not {"nvidia", "iluvatar"} & INSTALLED, reason="no vendor plugin installed")
+@pytest.mark.skipif(not {"nvidia", "iluvatar", "metax", "moore"} & INSTALLED, reason="no vendor plugin installed")
 def test_cpu_stays_the_platform(monkeypatch):
     import uniccl
     from uniccl._plugins import reset_manager

@@ -1,8 +1,9 @@
 """The platform a conformance run checks, and how to reach it.
 
-``cpu`` is the host plugin itself.  ``nvidia`` and ``iluvatar`` run against the
-ABI emulation (tests/emulation: libcudart and libnccl over host memory) found
-through the vendor's own variables ($CUDA_HOME/$NCCL_HOME, $COREX_HOME), with
+``cpu`` is the host plugin itself.  ``nvidia``, ``iluvatar``, ``metax`` and ``moore``
+run against the ABI emulation (tests/emulation: libcudart and libnccl over host memory,
+renamed to mc*/musa* and mccl* for MetaX and Moore) found through the vendor's own
+variables ($CUDA_HOME/$NCCL_HOME, $COREX_HOME, $MACA_PATH, $MUSA_HOME), with
 the shared CUDA-dialect kernels compiled for the host (host_compat.h): the
 plugins' binding layers run for real, the hardware does not exist here.
 """
@@ -22,7 +23,11 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 KDIR = ROOT / "plugins" / "shared" / "cuda_kernels"
-EMULATED = {"nvidia": "UNICCL_NVIDIA_KERNELS", "iluvatar": "UNICCL_ILUVATAR_KERNELS"}
+EMULATED = {"nvidia": "UNICCL_NVIDIA_KERNELS", "iluvatar": "UNICCL_ILUVATAR_KERNELS",
+            "metax": "UNICCL_METAX_KERNELS", "moore": "UNICCL_MOORE_KERNELS"}
+#: symbol prefixes of each platform's runtime and collective library (names in errors, injection)
+PREFIXES = {"nvidia": ("cuda", "nccl"), "iluvatar": ("cuda", "nccl"), "metax": ("mc", "mccl"),
+            "moore": ("musa", "mccl")}
 PLATFORMS = ("cpu", *EMULATED)
 REAL: set = set()  # platforms checked on their real SDK and hardware (--uniccl-real), not emulated
 

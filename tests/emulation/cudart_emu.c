@@ -1,4 +1,6 @@
-/* Emulated CUDA runtime (libcudart ABI, CUDA 12; CoreX flavour with -DEMU_COREX).
+/* Emulated CUDA runtime (libcudart ABI, CUDA 12; CoreX flavour with -DEMU_COREX;
+ * MACA mc* and MUSA musa* flavours with -DEMU_RT_PREFIX/-DEMU_CCL_PREFIX, their symbols
+ * renamed after compiling by tests/_emulation.py).
  *
  * Everything lives in host memory: "device" allocations are aligned host
  * blocks recorded in an allocation table, so bindings can be checked for the
@@ -54,8 +56,12 @@ enum {
 #define EMU_CC_MAJOR 7
 #define EMU_CC_MINOR 1
 #else
+#ifndef EMU_RUNTIME_VERSION /* vendor builds (metax, moore) pass their own */
 #define EMU_RUNTIME_VERSION 12040
+#endif
+#ifndef EMU_DEVICE_NAME
 #define EMU_DEVICE_NAME "uniccl emulated device"
+#endif
 #define EMU_CC_MAJOR 8
 #define EMU_CC_MINOR 0
 #endif
@@ -112,9 +118,29 @@ static struct callstat *callstat(const char *name)
     return cs;
 }
 
+#ifdef EMU_RT_PREFIX
+/* Vendor builds (metax: mc/mccl, moore: musa/mccl): the exported symbols are renamed
+ * after compiling (objcopy --redefine-syms); the names this emulation counts, injects
+ * and reports follow them: "cudaX" -> EMU_RT_PREFIX "X", "ncclX" -> EMU_CCL_PREFIX "X". */
+static const char *vendor_name(const char *name, char *buf, size_t n)
+{
+    if (name && strncmp(name, "cuda", 4) == 0)
+        snprintf(buf, n, "%s%s", EMU_RT_PREFIX, name + 4);
+    else if (name && strncmp(name, "nccl", 4) == 0)
+        snprintf(buf, n, "%s%s", EMU_CCL_PREFIX, name + 4);
+    else
+        return name;
+    return buf;
+}
+#endif
+
 EMU_EXPORT int uniccl_emu__enter(const char *call)
 {
     int rc = 0;
+#ifdef EMU_RT_PREFIX
+    char vname[64];
+    call = vendor_name(call, vname, sizeof vname);
+#endif
     pthread_mutex_lock(&g_inj_mu);
     struct callstat *cs = callstat(call);
     if (cs) {
@@ -641,12 +667,27 @@ static const struct {
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
+#define N_ERRORS (sizeof k_errors / sizeof k_errors[0])
+#ifdef EMU_RT_PREFIX
+static char g_err_names[N_ERRORS][64]; /* k_errors' names with the vendor's prefix */
+
+static void vendor_error_names(void)
+{
+    for (size_t i = 0; i < N_ERRORS; i++)
+        vendor_name(k_errors[i].name, g_err_names[i], sizeof g_err_names[i]); /* all start with "cuda" */
+}
+#endif
+
 EMU_EXPORT const char *cudaGetErrorName(cudaError_t e)
 {
     uniccl_emu__enter("cudaGetErrorName");
-    for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
+    for (size_t i = 0; i < N_ERRORS; i++)
         if (k_errors[i].code == e)
+#ifdef EMU_RT_PREFIX
+            return g_err_names[i];
+#else
             return k_errors[i].name;
+#endif
     return "unrecognized error code";
 }
 
@@ -726,7 +767,7 @@ EMU_EXPORT cudaError_t cudaGetDeviceProperties(void *prop, int dev)
     return fill_props(prop, dev);
 }
 
-#ifndef EMU_COREX /* the _v2 entry point appeared with CUDA 12.0 */
+#if !defined(EMU_COREX) && !defined(EMU_NO_PROPS_V2) /* the _v2 entry point appeared with CUDA 12.0 */
 EMU_EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev)
 {
     ENTER("cudaGetDeviceProperties_v2");
@@ -1288,6 +1329,9 @@ __attribute__((constructor)) static void emu_init(void)
     v = getenv("UNICCL_EMU_DRIVER_VERSION");
     if (v && *v)
         g_driver = (int)strtol(v, NULL, 0);
+#ifdef EMU_RT_PREFIX
+    vendor_error_names();
+#endif
     v = getenv("UNICCL_EMU_FAIL");
     if (v && *v)
         parse_fail_env(v);

@@ -35,6 +35,9 @@ class CclSpec:
     dtypes: dict = field(default_factory=lambda: dict(NCCL_DTYPES))
     ops: dict = field(default_factory=lambda: dict(NCCL_OPS))
     id_bytes: int = 128
+    # non-empty: no other plugin's library with this prefix may share the process, and why
+    # ("MetaX and Moore MCCL share symbol names"); see _dl.ccl_conflict
+    exclusive: str = ""
 
 
 class CclLibrary(BoundLibrary):

@@ -11,7 +11,31 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass, field
+
+#: Collective libraries loaded in this process: {symbol prefix: (plugin name, path)}, the
+#: first plugin to load one of a prefix.  MetaX's and Moore's CCLs are both ``libmccl``
+#: with ``mccl*`` symbols: a plugin whose spec says the prefix is exclusive refuses to load
+#: its own when another plugin's is here (see :func:`ccl_conflict`).
+LOADED_CCLS: dict = {}
+_ccl_lock = threading.Lock()
+
+
+def note_ccl(prefix: str, plugin: str, path: str) -> None:
+    """Record that ``plugin`` loaded the collective library ``path`` (symbols ``prefix*``)."""
+    with _ccl_lock:
+        LOADED_CCLS.setdefault(prefix, (plugin, path))
+
+
+def ccl_conflict(prefix: str, plugin: str, exclusive: str) -> str:
+    """Why ``plugin`` must not load its ``prefix*`` library here ("" when it may): another
+    plugin loaded one with the same prefix and ``exclusive`` (the spec's reason) is set."""
+    with _ccl_lock:
+        owner = LOADED_CCLS.get(prefix)
+    if not exclusive or owner is None or owner[0] == plugin:
+        return ""
+    return f"lib{prefix} of {owner[0]} already loaded in this process: {exclusive}"
 
 
 @dataclass(frozen=True)

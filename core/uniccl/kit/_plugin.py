@@ -16,6 +16,7 @@ import pluggy
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
 from ._ccl import CclLibrary, CclSpec
 from ._cudalike import CudaLikeRuntime, CudaLikeSpec
+from ._dl import ccl_conflict, note_ccl
 
 hookimpl = pluggy.HookimplMarker("uniccl")
 API = 1
@@ -140,9 +141,15 @@ class CudaLikePlugin:
     def ccl(self) -> tuple[CclLibrary | None, str]:
         if self.ccl_spec is None:
             return None, "no collective library for this platform"
+        spec = self.ccl_spec
         with self._lock:
             if self._ccl is None:
-                self._ccl, self._ccl_reason = CclLibrary.load(self.ccl_spec)
+                clash = ccl_conflict(spec.prefix, self.name, spec.exclusive)
+                if clash:
+                    return None, clash  # e.g. Moore's libmccl where MetaX's is loaded: never both
+                self._ccl, self._ccl_reason = CclLibrary.load(spec)
+                if self._ccl is not None:
+                    note_ccl(spec.prefix, self.name, self._ccl.path)
         return self._ccl, self._ccl_reason or ""
 
     def kernels(self):
@@ -311,7 +318,8 @@ class CudaLikePlugin:
     def uniccl_native_collectives(self):
         from .._plugins import _blocked_names
 
-        if self.ccl_spec is None or self.ccl_spec.prefix in _blocked_names():
-            return None  # e.g. UNICCL_PLUGINS=^nccl: stage through host memory instead
+        blocked = _blocked_names()
+        if self.ccl_spec is None or self.ccl_spec.prefix in blocked or "nccl" in blocked:
+            return None  # UNICCL_PLUGINS=^nccl (any NCCL-class library) or ^mccl: stage through host memory
         ccl, _ = self.ccl()
         return NativeNccl(self, ccl) if ccl is not None else None

@@ -108,8 +108,9 @@ def main() -> int:
         fn = getattr(lib, "uniccl_emu_calls", None)
         if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
-            calls = fn(b"ncclAllReduce")
-            p2p_calls = fn(b"ncclSend") + fn(b"ncclRecv")
+            ccl = be.record.module.ccl_spec.prefix.encode()  # nccl, mccl
+            calls = fn(ccl + b"AllReduce")
+            p2p_calls = fn(ccl + b"Send") + fn(ccl + b"Recv")
     print(json.dumps({"rank": r, "platform": be.name, "cases": cases, "failures": failures[:5],
                       "nccl_all_reduce_calls": calls, "nccl_p2p_calls": p2p_calls}), flush=True)
     comm.destroy()

@@ -2,7 +2,8 @@
 others raise RemoteError naming that rank, nobody hangs, and the next call works.
 
 usage: errors.py (under uniccl run, on an emulated platform: rank 1 injects a failure
-into cudaMemcpyAsync through the emulation's control function)"""
+into the runtime's MemcpyAsync (cudaMemcpyAsync, mcMemcpyAsync …) through the
+emulation's control function)"""
 import ctypes
 import json
 import sys
@@ -20,8 +21,9 @@ stream = be.stream_create(comm.device)
 a = DeviceArray(be, np.full(1000, r + 1.0, np.float32), device=comm.device, stream=stream)
 emu = be.record.module.runtime().lib  # the emulated runtime (opened RTLD_LOCAL: no global lookup)
 emu.uniccl_emu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-if r == 1:
-    emu.uniccl_emu_fail(b"cudaMemcpyAsync", 700, 0, 1)  # the next call fails with cudaErrorIllegalAddress
+prefix = be.record.module.runtime_spec.prefix  # cuda, mc, musa
+if r == 1:  # the next <prefix>MemcpyAsync fails with <prefix>ErrorIllegalAddress
+    emu.uniccl_emu_fail(f"{prefix}MemcpyAsync".encode(), 700, 0, 1)
 row = {"rank": r}
 try:
     comm.all_reduce(a.buffer())

@@ -1,0 +1,62 @@
+"""uniccl platform plugin for MetaX GPUs (MACA).
+
+MACA's runtime ``libmcruntime`` exports the CUDA runtime's shapes under the ``mc``
+prefix (``mcMalloc``, ``mcMemcpyAsync``, ``mcStreamCreate`` …) and MCCL
+(``libmccl``) NCCL's under ``mccl``; both live in $MACA_PATH (default /opt/maca).
+Status codes and memcpy kinds follow CUDA's numbering: public MACA callers use the
+same names (mcSuccess, mcErrorNotReady, mcMemcpyHostToDevice …) but no public header
+with their values was found, so they are assumed.  Moore Threads' MCCL is also
+``libmccl`` with ``mccl*`` symbols: the two are never loaded into one process (the
+second plugin's native collectives say why).  Verified against the emulated ABI only
+(tests/emulation); see docs/plugins.md.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from uniccl.kit import CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch
+from uniccl.kit._cudalike import CUDA_STATUS
+
+__version__ = "0.1.0"
+
+_HOMES = (("MACA_PATH", ("lib", "lib64")),)
+_DIRS = ("/opt/maca/lib", "/opt/maca/lib64")
+
+RUNTIME = CudaLikeSpec(
+    vendor="MetaX MACA",
+    prefix="mc",
+    search=LibrarySearch(names=("libmcruntime.so",), env=_HOMES, dirs=_DIRS, system=False),
+    statuses={code: "mc" + name[len("cuda"):] for code, name in CUDA_STATUS.items()},
+    props_symbol="GetDeviceProperties",  # no _v2 entry point in MACA
+)
+
+MCCL = CclSpec(
+    vendor="MetaX MCCL",
+    prefix="mccl",
+    search=LibrarySearch(names=("libmccl.so",), env=_HOMES, dirs=_DIRS, system=False),
+    statuses={0: "mcclSuccess", 1: "mcclUnhandledCudaError", 2: "mcclSystemError", 3: "mcclInternalError",
+              4: "mcclInvalidArgument", 5: "mcclInvalidUsage", 6: "mcclRemoteError", 7: "mcclInProgress"},
+    exclusive="MetaX and Moore MCCL share symbol names",
+)
+
+
+def detect() -> str:
+    """Evidence of MetaX hardware: MACA_PATH set or a PCI device of vendor 0x9999."""
+    if os.environ.get("MACA_PATH"):
+        return ""
+    for path in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(path) as f:
+                if f.read().strip().lower() == "0x9999":
+                    return ""
+        except OSError:
+            continue
+    return "MACA_PATH unset and no PCI device of vendor 0x9999"
+
+
+plugin = CudaLikePlugin(
+    "metax", __version__, RUNTIME, MCCL, priority=10, dlpack_types=(2, 3),
+    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_METAX_KERNELS",
+    detect=detect, description="MetaX GPUs: MACA runtime (mc*) and MCCL opened at run time, shared "
+                               "CUDA-dialect reduction kernels (mxcc -x maca)")
