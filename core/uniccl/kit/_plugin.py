@@ -16,7 +16,7 @@ import pluggy
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
 from ._ccl import CclLibrary, CclSpec
 from ._cudalike import CudaLikeRuntime, CudaLikeSpec
-from ._dl import ccl_conflict, note_ccl
+from ._dl import ccl_conflict, find_library, note_ccl
 
 hookimpl = pluggy.HookimplMarker("uniccl")
 API = 1
@@ -189,9 +189,7 @@ class CudaLikePlugin:
         drv = rt.version("DriverGetVersion")
         if drv:
             out["versions"]["driver"] = str(drv)
-        ccl, why = self.ccl()
-        out["versions"][self.ccl_spec.prefix if self.ccl_spec else "ccl"] = \
-            f"{ccl.version()} ({ccl.path})" if ccl is not None else f"unavailable: {why}"
+        out["versions"][self.ccl_spec.prefix if self.ccl_spec else "ccl"] = self._ccl_version()
         n, status = rt.device_count()
         if n == 0:
             name = rt.name_of(status) or rt.spec.statuses.get(status, str(status))
@@ -202,6 +200,20 @@ class CudaLikePlugin:
         out["devices"] = [rt.device_info(d) for d in range(n)]
         out["available"], out["detect"] = True, hint
         return out
+
+    def _ccl_version(self) -> str:
+        spec = self.ccl_spec
+        if spec is not None and spec.exclusive and self._ccl is None:
+            clash = ccl_conflict(spec.prefix, self.name, spec.exclusive)
+            if clash:
+                return f"unavailable: {clash}"
+            # only find it: loading is for the platform a communicator chooses, or a plugin that
+            # merely probes would keep the other vendor's same-named library out of the process
+            path, tried = find_library(spec.search)
+            return (f"{path} (opened when a communicator uses it)" if path
+                    else f"unavailable: {spec.search.names[0]} not found (searched: {', '.join(tried)})")
+        ccl, why = self.ccl()
+        return f"{ccl.version()} ({ccl.path})" if ccl is not None else f"unavailable: {why}"
 
     # ----------------------------------------------------------------- memory
     @hookimpl
