@@ -240,3 +240,21 @@ def test_bad_construction_arguments():
     assert not (SHM / name[1:]).exists()
     assert eng.closed
     eng.close()  # idempotent
+
+
+def test_orphaned_segment_of_a_dead_creator_is_swept(tmp_path):
+    """A creator SIGKILLed between creating and unlinking its segment leaves it behind: the
+    next job's rank 0 removes segments whose creator pid is dead (and only those)."""
+    import subprocess
+
+    from uniccl._shm_attach import sweep_orphans
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = tmp_path / f"uniccl-{dead.pid}-deadbeef0000"
+    alive = tmp_path / f"uniccl-{os.getpid()}-cafe00000000"
+    other = tmp_path / "uniccl-notapid-x"
+    for f in (orphan, alive, other):
+        f.write_bytes(b"x")
+    assert sweep_orphans(str(tmp_path)) == [orphan.name]
+    assert not orphan.exists() and alive.exists() and other.exists()

@@ -41,6 +41,7 @@ def shm_attach(comm, single_host: bool):
     timeout = float(os.environ.get("UNICCL_TIMEOUT", 0))
     name = f"/uniccl-{os.getpid()}-{secrets.token_hex(6)}" if comm.rank == 0 else None
     if comm.rank == 0:
+        sweep_orphans()
         try:
             engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout)
         except Exception as exc:
@@ -61,3 +62,34 @@ def shm_attach(comm, single_host: bool):
         logger.warning("shared-memory engine not used: %s", failed[0])
         return None, failed[0]
     return engine, ""
+
+
+def sweep_orphans(folder: str = "/dev/shm") -> list[str]:
+    """Unlink our segments whose creator is dead.  A segment lives unlinked-after-attach, but
+    a creator killed (SIGKILL) in the instant between creating and unlinking it leaves it
+    behind; its name carries the creator's pid, so the next job removes it."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in names:
+        parts = entry.split("-")
+        if len(parts) != 3 or parts[0] != "uniccl" or not parts[1].isdigit():
+            continue
+        path = os.path.join(folder, entry)
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+                removed.append(entry)
+            except OSError:
+                pass
+        except OSError:
+            continue  # alive (or not ours to signal): leave it
+    if removed:
+        logger.info("removed %d shared-memory segment(s) of dead jobs: %s", len(removed), ", ".join(removed))
+    return removed
