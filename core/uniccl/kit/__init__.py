@@ -9,11 +9,11 @@ implements every uniccl hook from them.  Vendor libraries are opened at run time
 """
 from __future__ import annotations
 
-from ._ccl import CclLibrary, CclSpec
-from ._cudalike import CudaLikeRuntime, CudaLikeSpec
+from ._ccl import NCCL_STATUS, CclLibrary, CclSpec
+from ._cudalike import CUDA_STATUS, CudaLikeRuntime, CudaLikeSpec
 from ._dl import LibrarySearch, find_library, load_library
 from ._plugin import CudaLikePlugin
-from ._status import check_status
+from ._status import check_status, renamed
 
-__all__ = ["CclLibrary", "CclSpec", "CudaLikePlugin", "CudaLikeRuntime", "CudaLikeSpec", "LibrarySearch",
-           "check_status", "find_library", "load_library"]
+__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "CudaLikePlugin", "CudaLikeRuntime",
+           "CudaLikeSpec", "LibrarySearch", "check_status", "find_library", "load_library", "renamed"]

@@ -25,3 +25,9 @@ def check_status(status: int, call: str, vendor: str, names: dict, *, success: i
     cls = (classes or {}).get(status, VendorError)
     raise cls(f"{call} failed: {name} ({status}) [{vendor}]", op=op, rank=rank, code=int(status),
               status_name=name, call=call, vendor=vendor)
+
+
+def renamed(statuses: dict, old: str, new: str) -> dict:
+    """A status table under another symbol prefix: vendors that kept CUDA's or NCCL's numbering
+    (``renamed(CUDA_STATUS, "cuda", "musa")`` gives musaErrorNotReady for 600 …)."""
+    return {code: new + name[len(old):] if name.startswith(old) else name for code, name in statuses.items()}

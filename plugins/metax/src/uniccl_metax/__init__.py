@@ -15,8 +15,7 @@ from __future__ import annotations
 import glob
 import os
 
-from uniccl.kit import CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch
-from uniccl.kit._cudalike import CUDA_STATUS
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 
@@ -27,7 +26,7 @@ RUNTIME = CudaLikeSpec(
     vendor="MetaX MACA",
     prefix="mc",
     search=LibrarySearch(names=("libmcruntime.so",), env=_HOMES, dirs=_DIRS, system=False),
-    statuses={code: "mc" + name[len("cuda"):] for code, name in CUDA_STATUS.items()},
+    statuses=renamed(CUDA_STATUS, "cuda", "mc"),
     props_symbol="GetDeviceProperties",  # no _v2 entry point in MACA
 )
 
@@ -35,8 +34,7 @@ MCCL = CclSpec(
     vendor="MetaX MCCL",
     prefix="mccl",
     search=LibrarySearch(names=("libmccl.so",), env=_HOMES, dirs=_DIRS, system=False),
-    statuses={0: "mcclSuccess", 1: "mcclUnhandledCudaError", 2: "mcclSystemError", 3: "mcclInternalError",
-              4: "mcclInvalidArgument", 5: "mcclInvalidUsage", 6: "mcclRemoteError", 7: "mcclInProgress"},
+    statuses=renamed(NCCL_STATUS, "nccl", "mccl"),
     exclusive="MetaX and Moore MCCL share symbol names",
 )
 

@@ -14,8 +14,7 @@ import glob
 import os
 import shutil
 
-from uniccl.kit import CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch
-from uniccl.kit._cudalike import CUDA_STATUS
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 
@@ -26,7 +25,7 @@ RUNTIME = CudaLikeSpec(
     vendor="Moore Threads MUSA",
     prefix="musa",
     search=LibrarySearch(names=("libmusart.so",), env=_HOMES, dirs=_DIRS, system=False),
-    statuses={code: "musa" + name[len("cuda"):] for code, name in CUDA_STATUS.items()},
+    statuses=renamed(CUDA_STATUS, "cuda", "musa"),
     props_symbol="GetDeviceProperties",
 )
 
@@ -34,8 +33,7 @@ MCCL = CclSpec(
     vendor="Moore Threads MCCL",
     prefix="mccl",
     search=LibrarySearch(names=("libmccl.so",), env=_HOMES, dirs=_DIRS, system=False),
-    statuses={0: "mcclSuccess", 1: "mcclUnhandledCudaError", 2: "mcclSystemError", 3: "mcclInternalError",
-              4: "mcclInvalidArgument", 5: "mcclInvalidUsage", 6: "mcclRemoteError", 7: "mcclInProgress"},
+    statuses=renamed(NCCL_STATUS, "nccl", "mccl"),
     exclusive="MetaX and Moore MCCL share symbol names",
 )
 
