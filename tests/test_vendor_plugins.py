@@ -1,4 +1,4 @@
-"""The nvidia, iluvatar, metax and moore plugins as installed: they import anywhere, say exactly why they
+"""The nvidia, iluvatar, metax, moore and cambricon plugins as installed: they import anywhere, say exactly why they
 are unavailable without their SDK or device, never displace the cpu platform, and (where
 the build machine has nvcc) carry the shared CUDA kernels compiled for sm_80/sm_90."""
 import os
@@ -15,7 +15,7 @@ INSTALLED = {ep.name for ep in metadata.entry_points(group="uniccl.plugins")}
 
 def _record(name, monkeypatch, **env):
     for key in ("CUDA_HOME", "CUDA_PATH", "NCCL_HOME", "COREX_HOME", "COREX_DIR", "MACA_PATH", "MUSA_HOME",
-                "UNICCL_PLATFORM", "UNICCL_PLUGINS"):
+                "NEUWARE_HOME", "UNICCL_PLATFORM", "UNICCL_PLUGINS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -52,6 +52,17 @@ def test_moore_unavailable_says_where_it_looked(monkeypatch, tmp_path):
                           "/usr/local/musa/lib, /usr/local/musa/lib64)")
 
 
+@pytest.mark.skipif("cambricon" not in INSTALLED, reason="uniccl-cambricon is not installed")
+def test_cambricon_unavailable_says_where_it_looked(monkeypatch, tmp_path):
+    rec = _record("cambricon", monkeypatch, NEUWARE_HOME=str(tmp_path))
+    if Path("/usr/local/neuware").exists():
+        pytest.skip("a Neuware SDK is installed here")
+    assert rec.state == "unavailable"
+    assert rec.reason == ("libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, "
+                          "/usr/local/neuware/lib64)")
+    assert rec.probe["kernels"].startswith("none: ")  # no cncc here: the BUILD_INFO line says so
+
+
 @pytest.mark.skipif("nvidia" not in INSTALLED, reason="uniccl-nvidia is not installed")
 def test_nvidia_unavailable_with_the_exact_reason(monkeypatch, tmp_path):
     rec = _record("nvidia", monkeypatch, CUDA_HOME=str(tmp_path))
@@ -63,7 +74,7 @@ def test_nvidia_unavailable_with_the_exact_reason(monkeypatch, tmp_path):
             or rec.reason.startswith("no NVIDIA CUDA device: cudaGetDeviceCount returned cudaError")), rec.reason
 
 
-@pytest.mark.skipif(not {"nvidia", "iluvatar", "metax", "moore"} & INSTALLED, reason="no vendor plugin installed")
+@pytest.mark.skipif(not {"nvidia", "iluvatar", "metax", "moore", "cambricon"} & INSTALLED, reason="no vendor plugin installed")
 def test_cpu_stays_the_platform(monkeypatch):
     import uniccl
     from uniccl._plugins import reset_manager
@@ -77,6 +88,17 @@ def test_cpu_stays_the_platform(monkeypatch):
     if usable:
         pytest.skip(f"an accelerator platform is usable here: {usable}")
     assert data["chosen"]["platform"] == "cpu"
+
+
+@pytest.mark.skipif("cambricon" not in INSTALLED, reason="uniccl-cambricon is not installed")
+def test_cambricon_unavailable_says_where_it_looked(monkeypatch, tmp_path):
+    rec = _record("cambricon", monkeypatch, NEUWARE_HOME=str(tmp_path))
+    if Path("/usr/local/neuware").exists():
+        pytest.skip("a Neuware SDK is installed here")
+    assert rec.state == "unavailable"
+    assert rec.reason == ("libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, "
+                          "/usr/local/neuware/lib64)")
+    assert rec.probe["kernels"].startswith("none: ")  # no cncc here: the BUILD_INFO line says so
 
 
 @pytest.mark.skipif("nvidia" not in INSTALLED, reason="uniccl-nvidia is not installed")

@@ -1,11 +1,13 @@
 """The platform a conformance run checks, and how to reach it.
 
-``cpu`` is the host plugin itself.  ``nvidia``, ``iluvatar``, ``metax`` and ``moore``
-run against the ABI emulation (tests/emulation: libcudart and libnccl over host memory,
-renamed to mc*/musa* and mccl* for MetaX and Moore) found through the vendor's own
-variables ($CUDA_HOME/$NCCL_HOME, $COREX_HOME, $MACA_PATH, $MUSA_HOME), with
-the shared CUDA-dialect kernels compiled for the host (host_compat.h): the
-plugins' binding layers run for real, the hardware does not exist here.
+``cpu`` is the host plugin itself.  ``nvidia``, ``iluvatar``, ``metax``, ``moore`` and
+``cambricon`` run against the ABI emulation (tests/emulation: libcudart and libnccl over
+host memory, renamed to mc*/musa* and mccl* for MetaX and Moore, translated to CNRT and
+CNCL for Cambricon) found through the vendor's own variables ($CUDA_HOME/$NCCL_HOME,
+$COREX_HOME, $MACA_PATH, $MUSA_HOME, $NEUWARE_HOME), with the vendor's kernel source
+compiled for the host (the shared CUDA-dialect kernels with host_compat.h; Cambricon's
+BANG C with bang_host_compat.h): the plugins' binding layers run for real, the hardware
+does not exist here.
 """
 from __future__ import annotations
 
@@ -23,31 +25,38 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 KDIR = ROOT / "plugins" / "shared" / "cuda_kernels"
+BANG = ROOT / "plugins" / "cambricon" / "kernels"
 EMULATED = {"nvidia": "UNICCL_NVIDIA_KERNELS", "iluvatar": "UNICCL_ILUVATAR_KERNELS",
-            "metax": "UNICCL_METAX_KERNELS", "moore": "UNICCL_MOORE_KERNELS"}
+            "metax": "UNICCL_METAX_KERNELS", "moore": "UNICCL_MOORE_KERNELS",
+            "cambricon": "UNICCL_CAMBRICON_KERNELS"}
 #: symbol prefixes of each platform's runtime and collective library (names in errors, injection)
 PREFIXES = {"nvidia": ("cuda", "nccl"), "iluvatar": ("cuda", "nccl"), "metax": ("mc", "mccl"),
-            "moore": ("musa", "mccl")}
+            "moore": ("musa", "mccl"), "cambricon": ("cnrt", "cncl")}
+#: a failing asynchronous copy, per platform: (call, status, status name)
+COPY_FAULT = {name: (f"{rt}MemcpyAsync", 700, f"{rt}ErrorIllegalAddress") for name, (rt, _) in PREFIXES.items()}
+COPY_FAULT["cambricon"] = ("cnrtMemcpyAsync_V2", 632006, "cnrtErrorDevice")
 PLATFORMS = ("cpu", *EMULATED)
 REAL: set = set()  # platforms checked on their real SDK and hardware (--uniccl-real), not emulated
 
 
 @functools.lru_cache(maxsize=None)
-def host_kernels() -> str:
-    """reduce.cu compiled with g++ and host_compat.h (launches run as host loops)."""
+def host_kernels(platform: str = "nvidia") -> str:
+    """The platform's kernel source compiled with g++ for the host (launches run as host
+    loops): reduce.cu with host_compat.h, or Cambricon's reduce.mlu with bang_host_compat.h."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if not cxx:
         pytest.skip("no g++ to build the host-compat kernels")
     from _emulation import _cache_root
 
-    out = _cache_root() / "kernels-host" / "libuniccl_kernels_host.so"
+    src, compat, name = ((BANG / "reduce.mlu", BANG / "bang_host_compat.h", "bang") if platform == "cambricon"
+                         else (KDIR / "reduce.cu", KDIR / "host_compat.h", "host"))
+    out = _cache_root() / f"kernels-{name}" / f"libuniccl_kernels_{name}.so"
     out.parent.mkdir(parents=True, exist_ok=True)
-    newest = max(f.stat().st_mtime for f in KDIR.iterdir() if f.suffix in (".cu", ".h"))
+    newest = max(f.stat().st_mtime for f in src.parent.iterdir() if f.suffix in (".cu", ".mlu", ".h"))
     if not out.exists() or out.stat().st_mtime < newest:
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         res = subprocess.run([cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-include",
-                              str(KDIR / "host_compat.h"), str(KDIR / "reduce.cu"), "-o", str(tmp)],
-                             capture_output=True, text=True)
+                              str(compat), str(src), "-o", str(tmp)], capture_output=True, text=True)
         if res.returncode:
             raise RuntimeError(f"building the host-compat kernels failed:\n{res.stderr[-3000:]}")
         os.replace(tmp, out)
@@ -64,7 +73,7 @@ def platform_env(name: str) -> dict:
     from _emulation import _cache_root, require
 
     emu = require(name)
-    env = {"UNICCL_PLATFORM": name, emu["home_env"]: emu["root"], EMULATED[name]: host_kernels(),
+    env = {"UNICCL_PLATFORM": name, emu["home_env"]: emu["root"], EMULATED[name]: host_kernels(name),
            "UNICCL_EMU_BUILD_DIR": str(_cache_root()), "UNICCL_EMU_TIMEOUT": "20"}
     if name == "nvidia":
         env["NCCL_HOME"] = emu["nccl_root"]

@@ -20,18 +20,18 @@ def test_failing_copy_is_typed_and_nobody_hangs(platform, rank_env, n):
     if platform not in _platform.EMULATED or platform in _platform.REAL:
         pytest.skip("failure injection needs the emulated vendor runtime")
     cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), "--timeout", "60", WORKER]
-    # host staging copies with cudaMemcpyAsync (mcMemcpyAsync …) on the buffer's stream (the
-    # native path copies nothing)
-    rt = _platform.PREFIXES[platform][0]
-    env = dict(os.environ, **rank_env, UNICCL_PLUGINS="^nccl")
+    # host staging copies with cudaMemcpyAsync (mcMemcpyAsync, cnrtMemcpyAsync_V2 …) on the
+    # buffer's stream (the native path copies nothing)
+    call, code, name = _platform.COPY_FAULT[platform]
+    env = dict(os.environ, **rank_env, UNICCL_PLUGINS="^nccl", UNICCL_TEST_FAULT=f"{call}={code}")
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
     rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda x: x["rank"])
     assert res.returncode == 0 and len(rows) == n, res.stdout[-2000:] + res.stderr[-2000:]
     for row in rows:
         assert row["after"], row
         if row["rank"] == 1:
-            assert row["error"] == "VendorError" and row["call"] == f"{rt}MemcpyAsync" and row["code"] == 700, row
-            assert f"{rt}ErrorIllegalAddress" in row["message"] and "[all_reduce, rank 1]" in row["message"], row
+            assert row["error"] == "VendorError" and row["call"] == call and row["code"] == code, row
+            assert name in row["message"] and "[all_reduce, rank 1]" in row["message"], row
         else:
             assert row["error"] == "RemoteError" and row["remote_rank"] == 1, row
 

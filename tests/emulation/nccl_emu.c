@@ -67,11 +67,16 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 
+/* EMU_INT16 (the CNCL build): 16-bit integers too, as codes 10 and 11 (NCCL has none) */
+#ifdef EMU_INT16
+enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F16, T_F32, T_F64, T_BF16, T_I16, T_U16, T_COUNT };
+static const size_t k_size[T_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 2, 2};
+#else
 enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F16, T_F32, T_F64, T_BF16, T_COUNT };
+static const size_t k_size[T_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+#endif
 enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_COUNT };
 enum { C_ALLREDUCE = 1, C_BCAST, C_REDUCE, C_ALLGATHER, C_REDSCAT, C_SEND, C_RECV };
-
-static const size_t k_size[T_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 typedef struct {
     char internal[128];
@@ -437,6 +442,10 @@ static void reduce(void *dst, const void *const *src, int n, size_t m, int dt, i
     case T_F32: RED_FLT(float); break;
     case T_F64: RED_FLT(double); break;
     case T_F16: RED_HALF(h2f, f2h); break;
+#ifdef EMU_INT16
+    case T_I16: RED_INT(int16_t, uint32_t); break;
+    case T_U16: RED_INT(uint16_t, uint32_t); break;
+#endif
     default: RED_HALF(bf2f, f2bf); break;
     }
 }

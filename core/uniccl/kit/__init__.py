@@ -2,8 +2,9 @@
 
 A CUDA-like plugin (CUDA, CoreX, MACA, MUSA) is a :class:`CudaLikeSpec` (symbol
 prefix, library names and places, status names, enum values), an optional
-:class:`CclSpec` for its collective library, and :class:`CudaLikePlugin`, which
-implements every uniccl hook from them.  Vendor libraries are opened at run time
+:class:`CclSpec` for its collective library, and :class:`DevicePlugin`, which
+implements every uniccl hook from them.  A runtime of another shape (Cambricon's
+CNRT) brings specs whose ``load()`` binds it in the same shape.  Vendor libraries are opened at run time
 (:func:`find_library`), never linked; every vendor status goes through
 :func:`check_status`.  See docs/plugins.md.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 from ._ccl import NCCL_STATUS, CclLibrary, CclSpec
 from ._cudalike import CUDA_STATUS, CudaLikeRuntime, CudaLikeSpec
 from ._dl import LibrarySearch, find_library, load_library
-from ._plugin import CudaLikePlugin
+from ._plugin import DevicePlugin
 from ._status import check_status, renamed
 
-__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "CudaLikePlugin", "CudaLikeRuntime",
+__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "DevicePlugin", "CudaLikeRuntime",
            "CudaLikeSpec", "LibrarySearch", "check_status", "find_library", "load_library", "renamed"]

@@ -39,6 +39,10 @@ class CclSpec:
     # ("MetaX and Moore MCCL share symbol names"); see _dl.ccl_conflict
     exclusive: str = ""
 
+    def load(self):
+        """(bound library or None, reason when None)."""
+        return CclLibrary.load(self)
+
 
 class CclLibrary(BoundLibrary):
     """The collective library, bound; the same call shapes for every NCCL-class library."""
@@ -80,11 +84,18 @@ class CclLibrary(BoundLibrary):
         self.call("GetUniqueId", byref(uid), op="init")
         return bytes(uid)  # all 128 bytes (the char array attribute would stop at a NUL)
 
-    def comm_init(self, nranks: int, uid: bytes, rank: int) -> int:
+    def comm_init(self, nranks: int, uid: bytes, rank: int, device: int) -> int:
+        """This rank's communicator (the caller has made ``device`` current)."""
         comm, u = c_void_p(), _UniqueId()
         ctypes.memmove(ctypes.addressof(u), uid, min(len(uid), ctypes.sizeof(u)))
         self.call("CommInitRank", byref(comm), nranks, u, rank, op="init", rank=rank)
         return comm.value
+
+    def destroy(self, comm: int) -> None:
+        self.call("CommDestroy", c_void_p(comm))
+
+    def abort(self, comm: int) -> None:
+        self.call("CommAbort", c_void_p(comm))
 
     def async_error(self, comm: int) -> int:
         st = c_int(0)

@@ -43,6 +43,10 @@ class CudaLikeSpec:
     props_symbol: str = "GetDeviceProperties_v2"  # name at offset 0, total memory at props_total_offset
     props_total_offset: int = 288
 
+    def load(self):
+        """(bound runtime or None, reason when None)."""
+        return CudaLikeRuntime.load(self)
+
 
 class CudaLikeRuntime(BoundLibrary):
     """The runtime library, bound.  Every call checks its status; ``load`` returns

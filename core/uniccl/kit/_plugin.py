@@ -1,7 +1,10 @@
-"""Every uniccl hook of a CUDA-like platform, from its specs.
+"""Every uniccl hook of an accelerator platform, from its specs.
 
-A vendor plugin is an instance: ``plugin = CudaLikePlugin("nvidia", runtime_spec,
-ccl_spec, ...)`` registered by its entry point.  Nothing is loaded until the
+A vendor plugin is an instance: ``plugin = DevicePlugin("nvidia", runtime_spec,
+ccl_spec, ...)`` registered by its entry point.  The specs bind their libraries
+(``spec.load()``): CUDA-like runtimes and NCCL-class libraries through the kit's
+templates, others (Cambricon's CNRT and CNCL) through bindings of the same shape
+in their own plugin.  Nothing is loaded until the
 probe; a missing library or driver makes the platform "unavailable" with the
 exact reason, never an import error.
 """
@@ -14,8 +17,6 @@ import threading
 import pluggy
 
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
-from ._ccl import CclLibrary, CclSpec
-from ._cudalike import CudaLikeRuntime, CudaLikeSpec
 from ._dl import ccl_conflict, find_library, note_ccl
 
 hookimpl = pluggy.HookimplMarker("uniccl")
@@ -32,16 +33,17 @@ class _NoKernels:
 
 
 class _Kernels:
-    """The shared CUDA-dialect reduction kernels, compiled for this vendor (a C ABI)."""
+    """The vendor's reduction kernels (a C ABI: <prefix>_reduce, <prefix>_scale,
+    <prefix>_kernels_info; the shared CUDA-dialect ones are ``uniccl_cuda``)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, prefix: str = "uniccl_cuda"):
         lib = ctypes.CDLL(path)
-        self._reduce, self._scale = lib.uniccl_cuda_reduce, lib.uniccl_cuda_scale
+        self._reduce, self._scale = getattr(lib, prefix + "_reduce"), getattr(lib, prefix + "_scale")
         self._reduce.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._scale.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                 ctypes.c_ulonglong, ctypes.c_void_p]
         self._reduce.restype = self._scale.restype = ctypes.c_int
-        info = getattr(lib, "uniccl_cuda_kernels_info", None)
+        info = getattr(lib, prefix + "_kernels_info", None)
         if info is not None:
             info.restype = ctypes.c_char_p
         text = info().decode() if info is not None else "built"
@@ -60,7 +62,7 @@ class _Kernels:
 class NativeNccl:
     """Whole collectives through the vendor's NCCL-class library (uniccl._native's interface)."""
 
-    def __init__(self, plugin: "CudaLikePlugin", ccl: CclLibrary):
+    def __init__(self, plugin: "DevicePlugin", ccl: CclLibrary):
         self.plugin, self.ccl, self.name = plugin, ccl, ccl.spec.prefix
 
     def supports(self, dtype: int, op: int = 0) -> bool:
@@ -71,13 +73,13 @@ class NativeNccl:
         uid = self.ccl.unique_id() if rank == 0 else None
         uid = bcast_obj(uid, 0)
         self.plugin.runtime().set_device(device, op="init")
-        return self.ccl.comm_init(size, uid, rank)
+        return self.ccl.comm_init(size, uid, rank, device)
 
     def destroy(self, comm: int) -> None:
-        self.ccl.call("CommDestroy", ctypes.c_void_p(comm))
+        self.ccl.destroy(comm)
 
     def abort(self, comm: int) -> None:
-        self.ccl.call("CommAbort", ctypes.c_void_p(comm))
+        self.ccl.abort(comm)
 
     def run(self, coll: str, comm: int, args: dict, stream, rank: int) -> None:
         """Enqueue one collective on ``stream`` (a plugin stream handle or None: default stream)."""
@@ -104,41 +106,42 @@ class NativeNccl:
         self.ccl.call("GroupEnd")
 
 
-class CudaLikePlugin:
-    """uniccl hooks for one CUDA-like vendor.
+class DevicePlugin:
+    """uniccl hooks for one accelerator vendor.
 
     ``dlpack_types``: DLPack device codes its buffers may carry (CUDA 2 and 3 for
     NVIDIA; CoreX also presents as 2: pointers are confirmed with the runtime).
-    ``kernels_env``: variable naming a kernel library to use instead of the built one.
+    ``kernels_env``: variable naming a kernel library to use instead of the built one;
+    ``kernels_prefix``: its C ABI's symbol prefix.
     ``detect``: optional callable returning "" when the hardware seems present, else why not.
     """
 
-    def __init__(self, name: str, version: str, runtime: CudaLikeSpec, ccl: CclSpec | None, *, priority: int,
-                 dlpack_types=(2, 3), kernels_dir: str | None = None, kernels_env: str | None = None,
-                 detect=None, description: str = ""):
+    def __init__(self, name: str, version: str, runtime, ccl, *, priority: int, dlpack_types=(2, 3),
+                 kernels_dir: str | None = None, kernels_env: str | None = None,
+                 kernels_prefix: str = "uniccl_cuda", detect=None, description: str = ""):
         self.name, self.version, self.priority = name, version, priority
         self.runtime_spec, self.ccl_spec = runtime, ccl
         self.dlpack_types = list(dlpack_types)
-        self.kernels_dir, self.kernels_env = kernels_dir, kernels_env
+        self.kernels_dir, self.kernels_env, self.kernels_prefix = kernels_dir, kernels_env, kernels_prefix
         self.detect, self.description = detect, description or f"{runtime.vendor} through {runtime.prefix}* (dlopen)"
         self._lock = threading.Lock()
-        self._rt: CudaLikeRuntime | None = None
+        self._rt = None
         self._rt_reason = None
-        self._ccl: CclLibrary | None = None
+        self._ccl = None
         self._ccl_reason = None
         self._kernels = None
 
     # ---------------------------------------------------------- lazy loading
-    def runtime(self) -> CudaLikeRuntime:
+    def runtime(self):
         """The bound runtime; a failed search is not remembered (the environment may change)."""
         with self._lock:
             if self._rt is None:
-                self._rt, self._rt_reason = CudaLikeRuntime.load(self.runtime_spec)
+                self._rt, self._rt_reason = self.runtime_spec.load()
         if self._rt is None:
             raise PlatformUnavailable(f"{self.name}: {self._rt_reason}")
         return self._rt
 
-    def ccl(self) -> tuple[CclLibrary | None, str]:
+    def ccl(self):
         if self.ccl_spec is None:
             return None, "no collective library for this platform"
         spec = self.ccl_spec
@@ -147,7 +150,7 @@ class CudaLikePlugin:
                 clash = ccl_conflict(spec.prefix, self.name, spec.exclusive)
                 if clash:
                     return None, clash  # e.g. Moore's libmccl where MetaX's is loaded: never both
-                self._ccl, self._ccl_reason = CclLibrary.load(spec)
+                self._ccl, self._ccl_reason = spec.load()
                 if self._ccl is not None:
                     note_ccl(spec.prefix, self.name, self._ccl.path)
         return self._ccl, self._ccl_reason or ""
@@ -160,7 +163,7 @@ class CudaLikePlugin:
                     if os.path.isdir(self.kernels_dir) else []
                 path = os.path.join(self.kernels_dir, found[0]) if found else ""
             try:
-                self._kernels = _Kernels(path) if path else _NoKernels()
+                self._kernels = _Kernels(path, self.kernels_prefix) if path else _NoKernels()
             except (OSError, AttributeError) as exc:
                 k = _NoKernels()
                 k.info = f"none: {path} unusable: {exc}"
@@ -290,14 +293,14 @@ class CudaLikePlugin:
         k = self.kernels()
         self._host_kernel_order(k, stream)
         status = k.reduce(dst, a, b, count, dtype, op, stream or 0)
-        self._kernel_status(status, "uniccl_cuda_reduce", stream)
+        self._kernel_status(status, self.kernels_prefix + "_reduce", stream)
 
     @hookimpl
     def uniccl_scale(self, dst: int, src: int, count: int, dtype: int, divisor: int, stream) -> None:
         k = self.kernels()
         self._host_kernel_order(k, stream)
         status = k.scale(dst, src, count, dtype, divisor, stream or 0)
-        self._kernel_status(status, "uniccl_cuda_scale", stream)
+        self._kernel_status(status, self.kernels_prefix + "_scale", stream)
 
     def _host_kernel_order(self, kernels, stream) -> None:
         if getattr(kernels, "on_host", False):

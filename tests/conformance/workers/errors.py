@@ -1,11 +1,13 @@
 """A failing vendor call on one rank: that rank raises a typed error naming the call, the
 others raise RemoteError naming that rank, nobody hangs, and the next call works.
 
-usage: errors.py (under uniccl run, on an emulated platform: rank 1 injects a failure
-into the runtime's MemcpyAsync (cudaMemcpyAsync, mcMemcpyAsync …) through the
-emulation's control function)"""
+usage: errors.py (under uniccl run, on an emulated platform: rank 1 injects
+UNICCL_TEST_FAULT="<call>=<status>", a failure of the runtime's asynchronous copy
+(cudaMemcpyAsync=700, cnrtMemcpyAsync_V2=632006 …), through the emulation's control
+function)"""
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,9 +23,9 @@ stream = be.stream_create(comm.device)
 a = DeviceArray(be, np.full(1000, r + 1.0, np.float32), device=comm.device, stream=stream)
 emu = be.record.module.runtime().lib  # the emulated runtime (opened RTLD_LOCAL: no global lookup)
 emu.uniccl_emu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-prefix = be.record.module.runtime_spec.prefix  # cuda, mc, musa
-if r == 1:  # the next <prefix>MemcpyAsync fails with <prefix>ErrorIllegalAddress
-    emu.uniccl_emu_fail(f"{prefix}MemcpyAsync".encode(), 700, 0, 1)
+call, status = os.environ["UNICCL_TEST_FAULT"].split("=")
+if r == 1:  # the next asynchronous copy fails
+    emu.uniccl_emu_fail(call.encode(), int(status), 0, 1)
 row = {"rank": r}
 try:
     comm.all_reduce(a.buffer())

@@ -13,7 +13,7 @@ import glob
 import os
 import shutil
 
-from uniccl.kit import CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch
+from uniccl.kit import CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch
 
 __version__ = "0.1.0"
 
@@ -41,7 +41,7 @@ def detect() -> str:
     return "no /dev/iluvatar* and no ixsmi"
 
 
-plugin = CudaLikePlugin(
+plugin = DevicePlugin(
     "iluvatar", __version__, RUNTIME, NCCL, priority=10, dlpack_types=(2, 3),
     kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_ILUVATAR_KERNELS",
     detect=detect, description="Iluvatar CoreX GPUs: CoreX runtime and NCCL opened at run time, shared "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import os
 
-from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch, renamed
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 
@@ -53,7 +53,7 @@ def detect() -> str:
     return "MACA_PATH unset and no PCI device of vendor 0x9999"
 
 
-plugin = CudaLikePlugin(
+plugin = DevicePlugin(
     "metax", __version__, RUNTIME, MCCL, priority=10, dlpack_types=(2, 3),
     kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_METAX_KERNELS",
     detect=detect, description="MetaX GPUs: MACA runtime (mc*) and MCCL opened at run time, shared "

@@ -14,7 +14,7 @@ import glob
 import os
 import shutil
 
-from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch, renamed
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 
@@ -45,7 +45,7 @@ def detect() -> str:
     return "no /dev/mtgpu* and no mthreads-gmi"
 
 
-plugin = CudaLikePlugin(
+plugin = DevicePlugin(
     # DLPack: CUDA codes as the CUDA Array Interface gives them, and ExtDev (12), which PyTorch's
     # PrivateUse1 devices (torch_musa) export; the runtime's pointer query decides ownership
     "moore", __version__, RUNTIME, MCCL, priority=10, dlpack_types=(2, 3, 12),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from uniccl.kit import CclSpec, CudaLikePlugin, CudaLikeSpec, LibrarySearch
+from uniccl.kit import CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch
 
 __version__ = "0.1.0"
 
@@ -33,7 +33,7 @@ NCCL = CclSpec(
         wheels=(("nvidia.nccl", "lib"), ("nvidia.cu13", "lib"), ("nvidia.cu12", "lib"))),
 )
 
-plugin = CudaLikePlugin(
+plugin = DevicePlugin(
     "nvidia", __version__, RUNTIME, NCCL, priority=10, dlpack_types=(2, 3),
     kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_NVIDIA_KERNELS",
     description="NVIDIA GPUs: CUDA runtime and NCCL opened at run time, shared CUDA reduction kernels")
