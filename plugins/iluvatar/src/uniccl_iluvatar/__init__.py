@@ -22,7 +22,7 @@ _HOMES = (("COREX_HOME", ("lib64", "lib")), ("COREX_DIR", ("lib64", "lib")))
 RUNTIME = CudaLikeSpec(
     vendor="Iluvatar CoreX",
     prefix="cuda",
-    search=LibrarySearch(names=("libcudart.so", "libcudart.so.10.2"), env=_HOMES,
+    search=LibrarySearch(names=("libcudart.so", "libcudart.so.10", "libcudart.so.10.2"), env=_HOMES,
                          dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"), system=False),
 )
 

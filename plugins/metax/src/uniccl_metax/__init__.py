@@ -3,9 +3,10 @@
 MACA's runtime ``libmcruntime`` exports the CUDA runtime's shapes under the ``mc``
 prefix (``mcMalloc``, ``mcMemcpyAsync``, ``mcStreamCreate`` …) and MCCL
 (``libmccl``) NCCL's under ``mccl``; both live in $MACA_PATH (default /opt/maca).
-Status codes and memcpy kinds follow CUDA's numbering: public MACA callers use the
-same names (mcSuccess, mcErrorNotReady, mcMemcpyHostToDevice …) but no public header
-with their values was found, so they are assumed.  Moore Threads' MCCL is also
+Status codes and memcpy kinds follow CUDA's numbering (mcErrorNotReady 600,
+mcErrorIllegalAddress 700, mcMemcpyHostToDevice 1 …), as a public binding of
+``mcr/maca.h`` gives them; no MetaX header was seen.  Targets MACA 3.3–3.8 with
+MCCL 2.16.5.  Moore Threads' MCCL is also
 ``libmccl`` with ``mccl*`` symbols: the two are never loaded into one process (the
 second plugin's native collectives say why).  Verified against the emulated ABI only
 (tests/emulation); see docs/plugins.md.
