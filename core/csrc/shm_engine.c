@@ -62,7 +62,10 @@
 #define SLEEP_NS 20000000L    /* futex sleeps at most this long between checks */
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
-enum { ABORT_NONE = 0, ABORT_FAILED = 1, ABORT_DEAD = 2, ABORT_CLOSED = 3 };
+/* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers
+ * report a timeout too (naming the same ranks), not a remote failure */
+enum { ABORT_NONE = 0, ABORT_FAILED = 1, ABORT_DEAD = 2, ABORT_CLOSED = 3, ABORT_TIMEOUT = 4 };
+#define MAX_MISSING 64 /* ranks a timeout can name to its peers */
 
 static const size_t ITEMSIZE[NDTYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 2, 2};
 
@@ -91,6 +94,8 @@ typedef struct {
     int32_t abort_rank;         /* the culprit */
     int64_t abort_pid;
     char abort_text[256];
+    int32_t abort_nmissing;
+    int32_t abort_missing[MAX_MISSING];
 } uc_ctrl;
 
 typedef struct {
@@ -120,10 +125,12 @@ struct uc_shm {
     uint64_t g;       /* next chunk number */
     uint64_t agree_g; /* 1 + chunk of my last published record, 0 none */
     _Atomic int busy;
+    _Atomic int abort_requested; /* uc_shm_abort: the running call gives up */
     int broken;
     int used_nt;
     const char *op;
     uint64_t t_call;
+    uint64_t g_call;  /* e->g when the call began: chunks are numbered from there in messages */
     const void **src; /* [size] scratch for folds */
     long *pids;       /* [size] peers' pids (after the first call) */
     int *missing;     /* [size] */
@@ -269,7 +276,14 @@ static int fatal(uc_shm *e) {
             publish_abort(e, ABORT_DEAD, e->err.remote_rank, e->err.remote_pid, e->err.message);
         else if (e->err.code == UC_SHM_EREMOTE)
             ; /* published by the caller with the original culprit */
-        else
+        else if (e->err.code == UC_SHM_ETIMEOUT) {
+            uc_ctrl *me = &e->ctrl[e->rank];
+            int k = e->err.nmissing < MAX_MISSING ? e->err.nmissing : MAX_MISSING;
+            for (int i = 0; i < k; i++)
+                me->abort_missing[i] = e->err.missing[i];
+            me->abort_nmissing = k;
+            publish_abort(e, ABORT_TIMEOUT, k ? e->err.missing[0] : e->rank, (long)getpid(), e->err.message);
+        } else
             publish_abort(e, ABORT_FAILED, e->rank, (long)getpid(), e->err.message);
     }
     return e->err.code;
@@ -352,6 +366,20 @@ static int next_pending(uc_shm *e, size_t off, uint64_t target, int only, int fr
 static int remote_abort(uc_shm *e, int p) {
     uc_ctrl *c = &e->ctrl[p];
     int code = atomic_load_explicit(&c->abort_code, memory_order_acquire);
+    if (code == ABORT_TIMEOUT) { /* the same verdict here: a timeout, naming the same ranks */
+        int k = c->abort_nmissing < e->size ? c->abort_nmissing : e->size;
+        for (int i = 0; i < k; i++)
+            e->missing[i] = c->abort_missing[i];
+        set_err(&e->err, UC_SHM_ETIMEOUT, e->op, "%s", c->abort_text);
+        e->err.nmissing = k;
+        e->err.missing = e->missing;
+        e->err.remote_rank = c->abort_rank;
+        if (!e->broken) {
+            e->broken = 1;
+            snprintf(e->first_error, sizeof e->first_error, "%s", e->err.message);
+        }
+        return UC_SHM_ETIMEOUT;
+    }
     if (code == ABORT_DEAD) {
         set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s (seen by rank %d)",
                 c->abort_rank, (long)c->abort_pid, e->op, p);
@@ -367,12 +395,29 @@ static int remote_abort(uc_shm *e, int p) {
     return UC_SHM_EREMOTE;
 }
 
+/* What a wait on line `off` reaching `target` is for, in words. */
+static const char *awaited(uc_shm *e, size_t off, uint64_t target) {
+    static _Thread_local char buf[96];
+    unsigned long long chunk = (unsigned long long)(target - 1 - e->g_call);
+    if (strcmp(e->op ? e->op : "", "agree") == 0 || off == OFF_HELLO || off == OFF_PROBE)
+        return "to arrive";
+    const char *what = off == OFF_READY ? "post" : off == OFF_REDUCED ? "reduce" : "finish reading";
+    snprintf(buf, sizeof buf, "to %s chunk %llu of this call", what, chunk);
+    return buf;
+}
+
 static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64_t t) {
+    if (atomic_load_explicit(&e->abort_requested, memory_order_acquire)) { /* before the peers' verdicts:
+                                                                              they may echo this abort */
+        set_err(&e->err, UC_SHM_EABORTED, e->op, "the call was stopped: the communicator was aborted on rank %d",
+                e->rank);
+        return UC_SHM_EABORTED;
+    }
     for (int p = 0; p < e->size; p++) {
         if (p == e->rank)
             continue;
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_acquire);
-        if (code == ABORT_FAILED || code == ABORT_DEAD)
+        if (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT)
             return remote_abort(e, p);
     }
     for (int q = next_pending(e, off, target, only, 0); q >= 0; q = next_pending(e, off, target, only, q + 1)) {
@@ -404,8 +449,10 @@ static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64
             if (len < (int)sizeof list - 16)
                 len += snprintf(list + len, sizeof list - len, "%s%d", k > 1 ? ", " : "", q);
         }
-        set_err(&e->err, UC_SHM_ETIMEOUT, e->op, "%s timed out after %.3g s waiting for rank%s %s", e->op,
-                (double)e->timeout_ns * 1e-9, k > 1 ? "s" : "", list);
+        int arrival = strcmp(e->op ? e->op : "", "agree") == 0; /* the agreement that starts every call */
+        set_err(&e->err, UC_SHM_ETIMEOUT, e->op, "rank %d timed out after %.3g s waiting for rank%s %s %s%s",
+                e->rank, (double)e->timeout_ns * 1e-9, k > 1 ? "s" : "", list, awaited(e, off, target),
+                arrival ? " (they never started this call)" : "");
         e->err.nmissing = k;
         e->err.missing = e->missing;
         return fatal(e);
@@ -622,6 +669,11 @@ static int begin(uc_shm *e, const char *op) {
         atomic_store(&e->busy, 0);
         return UC_SHM_EBROKEN;
     }
+    if (atomic_load_explicit(&e->abort_requested, memory_order_acquire)) {
+        set_err(&e->err, UC_SHM_EABORTED, op, "the communicator was aborted on rank %d", e->rank);
+        atomic_store(&e->busy, 0);
+        return UC_SHM_EABORTED;
+    }
     if (e->broken) {
         set_err(&e->err, UC_SHM_EBROKEN, op, "the shared-memory engine is unusable after an earlier error: %s",
                 e->first_error);
@@ -629,9 +681,10 @@ static int begin(uc_shm *e, const char *op) {
         return UC_SHM_EBROKEN;
     }
     e->t_call = e->timeout_ns ? now_ns() : 0;
+    e->g_call = e->g;
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
-        if (p != e->rank && (code == ABORT_FAILED || code == ABORT_DEAD)) {
+        if (p != e->rank && (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT)) {
             atomic_thread_fence(memory_order_acquire);
             int rc = remote_abort(e, p);
             atomic_store(&e->busy, 0);
@@ -1603,4 +1656,16 @@ void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes) 
 int uc_shm_fail(uc_shm *e, const char *op, const char *message) {
     set_err(&e->err, UC_SHM_EINVAL, op, "%s", message);
     return fatal(e);
+}
+
+void uc_shm_abort(uc_shm *e, const char *why) {
+    atomic_store_explicit(&e->abort_requested, 1, memory_order_release);
+    publish_abort(e, ABORT_FAILED, e->rank, (long)getpid(), why);
+}
+
+int uc_shm_set_timeout(uc_shm *e, double timeout) {
+    if (!(timeout >= 0) || timeout > 1e9)
+        return UC_SHM_EINVAL;
+    e->timeout_ns = (uint64_t)(timeout * 1e9);
+    return UC_SHM_OK;
 }

@@ -45,6 +45,7 @@ enum {
     UC_SHM_EBROKEN,  /* an earlier error made the engine unusable */
     UC_SHM_EBUSY,    /* another thread is inside a call on this engine (engine still usable) */
     UC_SHM_EINTR,    /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
+    UC_SHM_EABORTED, /* uc_shm_abort was called on this rank (maybe from another thread) */
 };
 
 /* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
@@ -107,6 +108,13 @@ void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes);
 /* Mark the engine failed with `message` (a bad argument found by the caller), so
  * that peers waiting on this rank fail too.  Returns UC_SHM_EINVAL. */
 int uc_shm_fail(uc_shm *e, const char *op, const char *message);
+
+/* From any thread: peers fail at once ("rank r failed: <why>"), and a call waiting on
+ * this engine returns UC_SHM_EABORTED within about 50 ms.  The engine stays unusable. */
+void uc_shm_abort(uc_shm *e, const char *why);
+
+/* Seconds each later call may wait (0: forever; dead peers are still detected). */
+int uc_shm_set_timeout(uc_shm *e, double timeout);
 
 /* Allgather of one 8 x int64 record per rank: out[size][8].  A barrier. */
 int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);

@@ -23,19 +23,21 @@ from . import _algorithms as alg
 from . import _device, _staged_reduce
 from . import _checks as chk
 from . import _group
-from ._errors import InvalidArgument, InvalidUsage, RemoteError, UnicclError
+from ._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
 from ._executor import SerialExecutor, Work
+from ._flight import FlightRecorder
 from ._mpi import MPITransport
 from ._log import configure as configure_logging
 from ._log import logger
 from ._plugins import manager
 from ._shm_attach import shm_attach as _shm_attach
+from ._timeout import check_timeout as _check_timeout
+from ._timeout import default_timeout
 from ._tuner import Tuner
 from ._types import DType, MemcpyKind, ReduceOp, dtype_name
 
 #: color for ``split`` meaning "not in any new communicator" (returns None).
 UNDEFINED = -1
-
 
 _COLL_IDS = {name: i for i, name in enumerate(
     ("barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -65,7 +67,7 @@ class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
     __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
-                 "staged", "native", "args")
+                 "staged", "native", "args", "timeout", "entry")
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
@@ -78,6 +80,8 @@ class Plan:
         self.staged = None  # device buffers seen through host mirrors (_device.Staged)
         self.native = None  # point-to-point through this vendor library (NativeNccl)
         self.args = ()  # the caller's arguments (the hierarchical path re-issues the call)
+        self.timeout = None  # seconds (None: the communicator's)
+        self.entry = None  # its flight-recorder entry
 
 
 class Communicator:
@@ -92,22 +96,27 @@ class Communicator:
                  timeout: float | None = None):
         from ._uniqueid import transport_from_unique_id
 
-        self._setup(transport_from_unique_id(uid, rank, size, timeout), platform)
+        self._setup(transport_from_unique_id(uid, rank, size, timeout), platform, timeout,
+                    f"uid-{uid.port if hasattr(uid, 'port') else 0}")
 
     @classmethod
-    def from_mpi(cls, mpi_comm, *, platform: str | None = None) -> "Communicator":
+    def from_mpi(cls, mpi_comm, *, platform: str | None = None, timeout: float | None = None) -> "Communicator":
         """A communicator over the ranks of an mpi4py communicator (which is duplicated,
         so the caller's keeps working independently)."""
-        return cls._over(MPITransport(mpi_comm), platform)
+        return cls._over(MPITransport(mpi_comm), platform, timeout, "mpi")
 
     @classmethod
-    def _over(cls, transport, platform: str | None = None) -> "Communicator":
+    def _over(cls, transport, platform: str | None = None, timeout: float | None = None,
+              name: str = "world") -> "Communicator":
         self = cls.__new__(cls)
-        self._setup(transport, platform)
+        self._setup(transport, platform, timeout, name)
         return self
 
-    def _setup(self, transport, platform) -> None:
-        """Take ownership of ``transport`` (MPITransport or TCPTransport)."""
+    def _setup(self, transport, platform, timeout=None, name="world") -> None:
+        """Take ownership of ``transport`` (MPITransport or TCPTransport).  ``timeout``: the
+        seconds each call may wait for its peers (None: UNICCL_TIMEOUT, else DEFAULT_TIMEOUT)."""
+        self.timeout = default_timeout() if timeout is None else _check_timeout(timeout, "init", None)
+        self._timeout_set = None  # what the transports were last told
         mgr = manager()
         record, why = mgr.choose(platform)
         self._backend = mgr.backend(record)
@@ -141,6 +150,8 @@ class Communicator:
         single_host = self.local_size == self.size
         self._engine, shm_reason = _shm_attach(self, single_host)
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
+        self._name = name
+        self._flight = FlightRecorder(name, self.rank, self.size)
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
@@ -187,56 +198,98 @@ class Communicator:
             if sub is not None:
                 sub.destroy()
 
+    def abort(self, reason: str = "aborted by the user") -> None:
+        """Give up on this communicator now, without waiting for anyone (any thread; idempotent).
+
+        Never blocks on peers: a call hung on another thread ends with ``InvalidUsage``
+        within about 50 ms, every peer's waits on this communicator end at once with
+        ``RemoteError`` naming this rank (shared memory: its abort record; TCP: a notice on
+        each connection), the vendor library's communicator is aborted, shared memory is
+        unmapped and, once every communicator over them is gone, sockets are closed.  The
+        process stays usable; over MPI, point-to-point waits of the MPI library itself
+        cannot be cancelled (see docs/reliability.md).
+        """
+        import time
+
+        if self._destroyed:
+            return
+        self._destroyed = True  # no new call starts (checked before and under the lock)
+        why = f"rank {self.rank} aborted the communicator: {reason}"
+        logger.warning("%s", why)
+        if self._engine is not None:
+            self._engine.abort(why)
+        abort = getattr(self._t, "abort", None)
+        if abort is not None:
+            abort(reason)  # peers say "rank r (host, pid) aborted the communicator: <reason>"
+        if self._native_comm is not None:
+            try:
+                self._native.abort(self._native_comm)
+            except UnicclError as exc:
+                logger.warning("aborting the %s communicator: %s", self._native.name, exc)
+            self._native_comm = None
+        self._executor.abandon()
+        deadline = time.monotonic() + 2.0  # the hung call notices the abort within ~50 ms
+        while self._engine is not None and time.monotonic() < deadline:
+            try:
+                self._engine.close()
+                break
+            except InvalidUsage:  # still inside a call on another thread
+                time.sleep(0.01)
+        self._flight.dump(reason="abort")
+        for sub in self._hier or ():
+            if sub is not None:
+                sub.abort(reason)
+
     def _alive(self, op: str) -> None:
         if self._destroyed:
             raise InvalidUsage("the communicator was destroyed", op=op, rank=self.rank)
 
     # ------------------------------------------------------------- collectives
-    def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False):
+    def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, timeout=None):
         """Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place)."""
-        return self._call("all_reduce", self._plan_all_reduce, (sendbuf, recvbuf, op), async_op)
+        return self._call("all_reduce", self._plan_all_reduce, (sendbuf, recvbuf, op), async_op, timeout)
 
-    def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False):
+    def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False, timeout=None):
         """Reduce to ``root``'s ``recvbuf`` (None: in place in the root's ``sendbuf``)."""
-        return self._call("reduce", self._plan_reduce, (sendbuf, recvbuf, op, root), async_op)
+        return self._call("reduce", self._plan_reduce, (sendbuf, recvbuf, op, root), async_op, timeout)
 
-    def broadcast(self, buf, root=0, *, async_op=False):
+    def broadcast(self, buf, root=0, *, async_op=False, timeout=None):
         """Copy ``root``'s ``buf`` into every rank's ``buf``."""
-        return self._call("broadcast", self._plan_broadcast, (buf, root), async_op)
+        return self._call("broadcast", self._plan_broadcast, (buf, root), async_op, timeout)
 
-    def all_gather(self, sendbuf, recvbuf, *, async_op=False):
+    def all_gather(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
         """``recvbuf`` (size x len(sendbuf), rank-major) gets every rank's ``sendbuf``.
         In place when ``sendbuf`` is block ``rank`` of ``recvbuf``."""
-        return self._call("all_gather", self._plan_all_gather, (sendbuf, recvbuf), async_op)
+        return self._call("all_gather", self._plan_all_gather, (sendbuf, recvbuf), async_op, timeout)
 
-    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, async_op=False):
+    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, async_op=False, timeout=None):
         """Block i of ``sendbuf`` (size x len(recvbuf)) reduced over all ranks lands in
         rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``."""
-        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op), async_op)
+        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op), async_op, timeout)
 
-    def all_to_all(self, sendbuf, recvbuf, *, async_op=False):
+    def all_to_all(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
         """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
-        return self._call("all_to_all", self._plan_all_to_all, (sendbuf, recvbuf), async_op)
+        return self._call("all_to_all", self._plan_all_to_all, (sendbuf, recvbuf), async_op, timeout)
 
-    def gather(self, sendbuf, recvbuf=None, root=0, *, async_op=False):
+    def gather(self, sendbuf, recvbuf=None, root=0, *, async_op=False, timeout=None):
         """``root``'s ``recvbuf`` (size x len(sendbuf)) gets every rank's ``sendbuf``."""
-        return self._call("gather", self._plan_gather, (sendbuf, recvbuf, root), async_op)
+        return self._call("gather", self._plan_gather, (sendbuf, recvbuf, root), async_op, timeout)
 
-    def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False):
+    def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False, timeout=None):
         """Block i of ``root``'s ``sendbuf`` goes to rank i's ``recvbuf``."""
-        return self._call("scatter", self._plan_scatter, (sendbuf, recvbuf, root), async_op)
+        return self._call("scatter", self._plan_scatter, (sendbuf, recvbuf, root), async_op, timeout)
 
-    def barrier(self, *, async_op=False):
+    def barrier(self, *, async_op=False, timeout=None):
         """Return once every rank has entered the barrier."""
-        return self._call("barrier", lambda: Plan("barrier"), (), async_op)
+        return self._call("barrier", lambda: Plan("barrier"), (), async_op, timeout)
 
-    def send(self, buf, peer: int, *, async_op=False):
+    def send(self, buf, peer: int, *, async_op=False, timeout=None):
         """Send ``buf`` to ``peer`` (matched in order with its ``recv``)."""
-        return self._call("send", self._plan_send, (buf, peer), async_op)
+        return self._call("send", self._plan_send, (buf, peer), async_op, timeout)
 
-    def recv(self, buf, peer: int, *, async_op=False):
+    def recv(self, buf, peer: int, *, async_op=False, timeout=None):
         """Receive from ``peer`` into ``buf`` (a longer message is an error)."""
-        return self._call("recv", self._plan_recv, (buf, peer), async_op)
+        return self._call("recv", self._plan_recv, (buf, peer), async_op, timeout)
 
     # ---------------------------------------------------------------- structure
     def split(self, color: int, key: int = 0) -> "Communicator | None":
@@ -250,14 +303,17 @@ class Communicator:
         self._executor.drain()
         with self._lock:
             new = self._t.split(color, key)
-        return None if new is None else Communicator._over(new, self.platform)
+        return None if new is None else Communicator._over(new, self.platform, self.timeout,
+                                                           f"{self._name}.{color}")
 
     def stats(self) -> dict:
         return {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
 
     # ----------------------------------------------------------------- plumbing
-    def _call(self, name, planner, args, async_op):
+    def _call(self, name, planner, args, async_op, timeout=None):
         self._alive(name)
+        timeout = _check_timeout(timeout, name, self.rank)
+        entry = self._flight.enqueue(name)
         self._staging.list = None
         try:
             plan = planner(*args)
@@ -265,8 +321,9 @@ class Communicator:
             plan = Plan(name, p2p=name in ("send", "recv"))
             plan.error = exc
         plan.staged, self._staging.list = self._staging.list, None
-        plan.args = args
+        plan.args, plan.timeout, plan.entry = args, timeout, entry
         if plan.p2p and plan.error is not None:
+            self._flight.finished(entry, plan.error)
             raise plan.error  # point-to-point errors are local: no peer waits in agreement
         group = _group.current()
         if group is not None:
@@ -281,44 +338,110 @@ class Communicator:
         with self._lock:
             if self._destroyed:
                 raise InvalidUsage("the communicator was destroyed", op=plan.name, rank=self.rank)
-            if plan.p2p:
-                return plan.run(None)
-            seq = self._seq
-            self._seq += 1
-            staged, native = plan.staged, None
-            if staged and plan.error is None:
-                native = self._native_path(plan)
-                if native is None:
-                    try:
-                        _device.stage_in(self._backend, self._mirrors, staged)
-                    except UnicclError as exc:
-                        plan.error = _located(exc, plan.name, self.rank)  # the agreement tells the peers
-            self._hdr_view[_H_NATIVE] = self._native_id if native is not None else 0
-            self._hdr_view[_H_DEVRED] = bool(staged) and native is None and _staged_reduce.applies(self, plan)
-            if self.size > 1:
-                self._agree(plan, seq)
-            elif plan.error is not None:
-                raise plan.error
-            if self._hier is not None and plan.name == "all_reduce" and plan.op != ReduceOp.AVG and plan.count:
-                return self._run_hierarchical(plan)
-            hdrs = self._hdrs if self.size > 1 else self._hdr[None, :]
-            if native is not None:
-                if (hdrs[:, _H_NATIVE] == self._native_id).all():
-                    return self._run_native(plan, native)
-                _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
-            if plan.run is None:
-                return None
-            if staged and hdrs[:, _H_DEVRED].all():
-                return _staged_reduce.run(self, plan, seq)  # writes the device buffers itself
-            result = self._run_host(plan, seq)
-            if staged:
-                _device.stage_out(self._backend, staged)
+            timeout = self.timeout if plan.timeout is None else plan.timeout
+            if timeout != self._timeout_set:
+                self._set_timeout(timeout)
+            seq = None if plan.p2p else self._seq
+            self._flight.started(plan.entry, seq, plan)
+            try:
+                result = plan.run(None) if plan.p2p else self._execute_locked(plan)
+            except UnicclError as exc:
+                raise self._failed(plan, seq, timeout, exc) from None
+            self._flight.finished(plan.entry)
             return result
+
+    def _set_timeout(self, timeout: float) -> None:
+        if self._engine is not None:
+            self._engine.set_timeout(timeout)
+        set_timeout = getattr(self._t, "set_timeout", None)
+        if set_timeout is not None:  # MPI calls cannot time out: see docs/reliability.md
+            set_timeout(timeout)
+        self._timeout_set = timeout
+
+    def _failed(self, plan: Plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
+        """Record a failed call; a timeout names the call, its number and what it waited for.
+        Failures that involve peers leave the flight recorder in UNICCL_DUMP_DIR."""
+        if isinstance(exc, Timeout) and getattr(exc, "seq", None) is None:
+            cause, remote = exc.message, getattr(exc, "remote_rank", None)
+            exc = Timeout(f"{plan.name} (call #{seq} on this communicator) did not complete: {cause}",
+                          op=plan.name, rank=self.rank, seq=seq, timeout=timeout,
+                          missing_ranks=list(getattr(exc, "missing_ranks", None) or ()))
+            fail = getattr(self._t, "fail", None)
+            if fail is not None and remote is None:
+                fail(cause, exc.missing_ranks)  # TCP: the peers learn it now, not at their own timeouts
+        else:
+            if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
+                exc = type(exc)(exc.message, op=plan.name, rank=self.rank, argument=exc.argument, **exc.extra)
+            died = getattr(self._t, "peer_died", None)
+            if died is not None and isinstance(exc, RemoteError) and exc.extra.get("remote_rank") is not None \
+                    and exc.extra.get("remote_type") in ("ConnectionError", "died"):
+                # TCP: tell every survivor (one may wait for another survivor, not for the dead rank);
+                # before any abort notice of ours, so that they learn the cause, not just "aborted"
+                died(exc.message, exc.extra["remote_rank"])
+        self._flight.finished(plan.entry, exc)
+        if not isinstance(exc, InvalidArgument):
+            path = self._flight.dump(reason=type(exc).__name__, error=exc)
+            if path:
+                logger.warning("rank %d: %s; flight recorder written to %s", self.rank, type(exc).__name__, path)
+        return exc
+
+    def dump_flight_recorder(self, directory: str | None = None) -> str | None:
+        """Write this rank's record of the communicator's last operations as JSON to
+        ``directory`` (default $UNICCL_DUMP_DIR); returns the path (None: no directory)."""
+        return self._flight.dump(directory, reason="on demand")
+
+    def flight_recorder(self) -> dict:
+        """This rank's record of the communicator's last operations (what a dump contains)."""
+        return self._flight.snapshot()
+
+    def _execute_locked(self, plan: Plan):
+        """The call itself (under the communicator's lock)."""
+        seq = self._seq
+        self._seq += 1
+        staged, native = plan.staged, None
+        if staged and plan.error is None:
+            native = self._native_path(plan)
+            if native is None:
+                try:
+                    _device.stage_in(self._backend, self._mirrors, staged)
+                except UnicclError as exc:
+                    plan.error = _located(exc, plan.name, self.rank)  # the agreement tells the peers
+        self._hdr_view[_H_NATIVE] = self._native_id if native is not None else 0
+        self._hdr_view[_H_DEVRED] = bool(staged) and native is None and _staged_reduce.applies(self, plan)
+        if self.size > 1:
+            self._agree(plan, seq)
+        elif plan.error is not None:
+            raise plan.error
+        entry = plan.entry
+        if self._hier is not None and plan.name == "all_reduce" and plan.op != ReduceOp.AVG and plan.count:
+            if entry is not None:
+                entry.path = "hierarchical"
+            return self._run_hierarchical(plan)
+        hdrs = self._hdrs if self.size > 1 else self._hdr[None, :]
+        if native is not None:
+            if (hdrs[:, _H_NATIVE] == self._native_id).all():
+                if entry is not None:
+                    entry.path = f"native:{self._native.name}"
+                return self._run_native(plan, native)
+            _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
+        if plan.run is None:
+            return None
+        if staged and hdrs[:, _H_DEVRED].all():
+            if entry is not None:
+                entry.path = "staged:device kernels"
+            return _staged_reduce.run(self, plan, seq)  # writes the device buffers itself
+        result = self._run_host(plan, seq)
+        if staged:
+            _device.stage_out(self._backend, staged)
+        return result
 
     def _run_host(self, plan: Plan, seq: int):
         algorithm = ""
         if self.size > 1:
             choice = self._tuner.choose(plan.name, plan.nbytes)
+            if plan.entry is not None:
+                plan.entry.path = ("staged:" if plan.staged else "") + (
+                    "shm" if choice.transport == "shm" else f"{choice.transport}:{choice.algorithm}")
             if choice.transport == "shm":
                 return plan.shm(self._engine)
             algorithm = choice.algorithm

@@ -88,6 +88,19 @@ class SerialExecutor:
         if self._thread is not None:
             self._thread.join()
 
+    def abandon(self) -> None:
+        """Abort: fail what has not started, let the running call end on its own, wait for
+        nothing."""
+        from ._errors import InvalidUsage
+
+        with self._cond:
+            pending, self._queue = list(self._queue), collections.deque()
+            self._closed = True
+            self._cond.notify_all()
+        for _, work in pending:
+            work._finish(error=InvalidUsage("the communicator was aborted before this operation started",
+                                            op=work.op))
+
     def _loop(self) -> None:
         while True:
             with self._cond:

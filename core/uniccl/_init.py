@@ -32,19 +32,20 @@ def bootstrap() -> str:
     return "tcp" if "UNICCL_RENDEZVOUS" in os.environ else "mpi"
 
 
-def init(platform: str | None = None) -> Communicator:
+def init(platform: str | None = None, *, timeout: float | None = None) -> Communicator:
     """Communicator over every rank of the job.
 
     Under ``mpiexec`` (MPICH or Open MPI, also via ``uniccl run --launcher mpi``)
     that is MPI's world; under ``uniccl run``'s local, ssh or slurm launchers the
     ranks meet at the launcher's rendezvous and connect over TCP (shared memory
     within a host); a plain single process gets a communicator of size 1.
-    ``platform`` forces the plugin like ``UNICCL_PLATFORM`` does.
+    ``platform`` forces the plugin like ``UNICCL_PLATFORM`` does; ``timeout`` is the
+    seconds each call may wait for its peers (default $UNICCL_TIMEOUT, else 120; 0: none).
     """
     if bootstrap() == "tcp":
         from ._tcp import world_from_env
 
-        return Communicator._over(world_from_env(), platform)
+        return Communicator._over(world_from_env(), platform, timeout)
     from ._mpi import mpi
 
-    return Communicator.from_mpi(mpi().COMM_WORLD, platform=platform)
+    return Communicator.from_mpi(mpi().COMM_WORLD, platform=platform, timeout=timeout)

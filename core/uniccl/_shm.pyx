@@ -53,6 +53,7 @@ cdef extern from "shm_engine.h" nogil:
         UC_SHM_EBROKEN
         UC_SHM_EBUSY
         UC_SHM_EINTR
+        UC_SHM_EABORTED
     ctypedef int (*uc_shm_interrupt_fn)(void *ctx) noexcept
     ctypedef struct uc_shm_error:
         int code
@@ -82,6 +83,8 @@ cdef extern from "shm_engine.h" nogil:
     const char *uc_shm_cma_reason(const uc_shm *e)
     void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
     int uc_shm_fail(uc_shm *e, const char *op, const char *message)
+    void uc_shm_abort(uc_shm *e, const char *why)
+    int uc_shm_set_timeout(uc_shm *e, double timeout)
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
     int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
@@ -236,6 +239,21 @@ cdef class ShmEngine:
                                rank=self.rank)
         self._e = NULL
         _open_engines.discard(self)
+
+    def abort(self, why="aborted"):
+        """From any thread: peers fail at once naming this rank, and a call waiting on this
+        engine (in another thread) returns within about 50 ms.  Close it afterwards."""
+        if self._e == NULL:
+            return
+        bwhy = str(why).encode()[:240]
+        uc_shm_abort(self._e, bwhy)
+
+    def set_timeout(self, timeout):
+        """Seconds each later call may wait (0: forever; dead peers are detected regardless)."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 1e9:
+            raise InvalidArgument(f"must be a number of seconds >= 0, got {timeout!r}", op="set_timeout",
+                                  argument="timeout")
+        uc_shm_set_timeout(self._live("set_timeout"), timeout)
 
     @property
     def closed(self) -> bool:
@@ -449,6 +467,8 @@ cdef int _raise_error(const uc_shm_error *err, int rank) except -1:
     if code == UC_SHM_ETIMEOUT:
         missing = [err.missing[i] for i in range(err.nmissing)] if err.missing != NULL else []
         raise Timeout(msg, op=op, rank=rank, missing_ranks=missing)
+    if code == UC_SHM_EABORTED:
+        raise InvalidUsage(msg, op=op, rank=rank, aborted=True)
     if code == UC_SHM_ESYS:
         raise InternalError(msg, op=op, rank=rank, errno=err.sys_errno)
     raise InternalError(msg, op=op, rank=rank)

@@ -38,7 +38,7 @@ def shm_attach(comm, single_host: bool):
     if reason:  # the same on every rank: no need to agree
         return None, reason
     slot = int(os.environ.get("UNICCL_SHM_SLOT_BYTES", DEFAULT_SLOT_BYTES))
-    timeout = float(os.environ.get("UNICCL_TIMEOUT", 0))
+    timeout = comm.timeout
     name = f"/uniccl-{os.getpid()}-{secrets.token_hex(6)}" if comm.rank == 0 else None
     if comm.rank == 0:
         sweep_orphans()

@@ -19,6 +19,7 @@ import collections
 import ctypes
 import hashlib
 import hmac
+import json
 import os
 import pickle
 import secrets
@@ -29,13 +30,15 @@ import time
 
 import numpy as np
 
-from ._errors import InternalError, InvalidArgument, RemoteError, Timeout
+from ._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from ._timeout import default_timeout
 
 _HDR = struct.Struct("<QIQ")  # context, tag, payload bytes
 _HELLO = struct.Struct("<I32s")  # connecting rank, HMAC(secret, acceptor nonce + rank)
 _INLINE = 64 * 1024  # payloads up to this size go out in one send with their header
 DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's three dup'ed comms
 _CTRL_TAG_BASE = 1 << 30
+_ABORT_TAG = 0xFFFFFFFF  # "this communicator was aborted by its sender": fail its receives from that peer
 
 
 def _view(ptr: int, nbytes: int) -> memoryview:
@@ -76,10 +79,10 @@ def route_address(target_host: str) -> str:
 class _Recv:
     """A posted receive: into memory at ``ptr`` (``nbytes`` max) or, ptr None, into bytes."""
 
-    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data")
+    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data", "peer")
 
-    def __init__(self, ptr, nbytes):
-        self.ptr, self.nbytes = ptr, nbytes
+    def __init__(self, ptr, nbytes, peer=-1):
+        self.ptr, self.nbytes, self.peer = ptr, nbytes, peer
         self.done = threading.Event()
         self.error = None
         self.truncated = False
@@ -96,7 +99,7 @@ class Mesh:
         from ._uniqueid import rendezvous
 
         self.rank, self.size = rank, size
-        self.timeout = float(os.environ.get("UNICCL_TIMEOUT", 0) or 0)
+        self.timeout = default_timeout()  # waits outside calls (set-up); calls set their own
         addr = route_address(uid.host)
         listener = socket.create_server(("", 0), backlog=max(8, size))
         payload = {"addr": addr, "port": listener.getsockname()[1], "host": host_key(),
@@ -112,6 +115,10 @@ class Mesh:
         self._posted: dict = {}  # (peer, ctx, tag) -> deque of _Recv
         self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
         self._dead: dict = {}  # peer -> reason
+        self._aborted: dict = {}  # context base -> error: that communicator was aborted (here or by a peer)
+        self._notified: set = set()  # context bases whose members this rank has told why it gave up
+        self._tl = threading.local()  # per-thread wait limit (the call running on that thread)
+        self.live = 0  # transports over this mesh not yet aborted
         self.worlds = 0  # world communicators made by init(): the n-th has the same context everywhere
         for peer, sock in enumerate(self.socks):
             if sock is not None:
@@ -181,14 +188,27 @@ class Mesh:
                     sock.sendall(hdr)
                     sock.sendall(_view(ptr, nbytes))
         except OSError as exc:
+            # a peer that gave up on this communicator (a death it saw, a timeout, an abort) says so
+            # before it closes: wait for its reader to deliver that, and report it instead
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and (ctx & ~3) not in self._aborted and peer not in self._dead:
+                time.sleep(0.005)
+            told = self._aborted.get(ctx & ~3)
+            if told is not None:
+                raise told from None
             raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
                               remote_rank=peer, remote_type="ConnectionError") from None
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
-        req = _Recv(ptr, nbytes)
+        req = _Recv(ptr, nbytes, peer)
         key = (peer, ctx, tag)
         with self._lock:
+            aborted = self._aborted.get(ctx & ~3)
+            if aborted is not None:
+                req.error = aborted
+                req.done.set()
+                return req
             queue = self._unexpected.get(key)
             if queue:
                 payload = queue.popleft()
@@ -236,10 +256,16 @@ class Mesh:
     def _reader(self, peer: int, sock) -> None:
         hdr = bytearray(_HDR.size)
         hview = memoryview(hdr)
+        req = None  # the receive being filled: out of the posted queues, so failed here if the peer dies
         try:
             while True:
                 _recv_into(sock, hview)
                 ctx, tag, n = _HDR.unpack(hdr)
+                if tag == _ABORT_TAG:
+                    raw = bytearray(n)
+                    _recv_into(sock, memoryview(raw))
+                    self._abort_local(peer, ctx, self._notice_error(peer, raw))
+                    continue
                 key = (peer, ctx, tag)
                 with self._lock:
                     req = self._take_posted(key)
@@ -258,26 +284,100 @@ class Mesh:
                     _recv_into(sock, memoryview(bytearray(n - m)))
                     req.truncated = True
                 req.done.set()
+                req = None
         except (OSError, ConnectionError) as exc:
-            self._peer_lost(peer, exc)
+            self._peer_lost(peer, exc, req)
 
-    def _peer_lost(self, peer: int, exc) -> None:
+    def _peer_lost(self, peer: int, exc, current=None) -> None:
         error = RemoteError(f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
                             rank=self.rank, remote_rank=peer, remote_type="ConnectionError")
         with self._lock:
             self._dead[peer] = error
             keys = [k for k in self._posted if k[0] == peer]
             reqs = [r for k in keys for r in self._posted.pop(k)]
+        if current is not None and not current.done.is_set():
+            reqs.append(current)  # half received when the connection dropped
         for req in reqs:
             req.error = error
             req.done.set()
 
-    def wait(self, req: _Recv, peer_hint: str = "") -> None:
+    def _abort_local(self, peer: int, ctx: int, error) -> None:
+        """Fail every receive, pending or later, in the communicator of context ``ctx``: it was
+        aborted (or timed out) on ``peer``, so no member can complete a call in it."""
+        base = ctx & ~3
+        with self._lock:
+            self._aborted.setdefault(base, error)
+            keys = [k for k in self._posted if k[1] & ~3 == base]
+            reqs = [r for k in keys for r in self._posted.pop(k)]
+        for req in reqs:
+            req.error = error
+            req.done.set()
+
+    def _notice_error(self, peer: int, raw: bytes):
+        """The error a peer's abort notice means here: its timeout (naming the ranks it
+        waited for) or its abort."""
+        try:
+            notice = json.loads(bytes(raw))
+            kind, text, missing = notice["kind"], str(notice["text"]), list(notice.get("missing") or ())
+        except (ValueError, KeyError, TypeError):
+            kind, text, missing = "abort", bytes(raw).decode(errors="replace"), []
+        if kind == "timeout":
+            return Timeout(text, rank=self.rank, missing_ranks=missing, remote_rank=peer)
+        if kind == "died" and missing:  # the peer saw rank missing[0] die: so it is for us too
+            return RemoteError(f"{text} (seen by rank {peer})", rank=self.rank, remote_rank=missing[0],
+                               remote_type="died")
+        return RemoteError(f"{self.where(peer)} aborted the communicator: {text}", rank=self.rank,
+                           remote_rank=peer, remote_type="aborted")
+
+    def abort(self, ctx: int, members: list, reason: str, kind: str = "abort", missing=()) -> None:
+        """This rank gives up on the communicator of ``ctx``: its own waits end at once and
+        every member is told, so that theirs end too (never waits for anyone).  ``kind``
+        "timeout": peers raise Timeout naming ``missing`` (job ranks) instead."""
+        mine = (Timeout(reason, rank=self.rank, missing_ranks=list(missing)) if kind == "timeout" else
+                InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True))
+        self._abort_local(self.rank, ctx, mine)
+        with self._lock:
+            if ctx & ~3 in self._notified:
+                return  # the members were told once (the first verdict is the one that counts)
+            self._notified.add(ctx & ~3)
+        data = json.dumps({"kind": kind, "text": reason[:2000], "missing": list(missing)}).encode()
+        for peer in members:
+            if peer == self.rank or peer in self._dead:
+                continue
+            sock = self.socks[peer]
+            if not self.send_locks[peer].acquire(timeout=1.0):
+                continue  # a send to it is stuck (its buffers are full): its reader will see the socket close
+            try:
+                sock.settimeout(1.0)
+                sock.sendall(_HDR.pack(ctx & ~3, _ABORT_TAG, len(data)) + data)
+            except OSError:
+                pass
+            finally:
+                sock.settimeout(None)
+                self.send_locks[peer].release()
+
+    def close(self) -> None:
+        """Shut every connection (abort of the last communicator over this mesh)."""
+        for sock in self.socks:
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+
+    def set_timeout(self, seconds: float) -> None:
+        self._tl.timeout = seconds
+
+    def wait(self, req: _Recv) -> None:
         if req is _SENT:
             return
-        if not req.done.wait(self.timeout or None):
-            raise Timeout(f"no message arrived within UNICCL_TIMEOUT={self.timeout:g} s {peer_hint}".rstrip(),
-                          rank=self.rank)
+        limit = getattr(self._tl, "timeout", self.timeout)
+        if not req.done.wait(limit or None):
+            who = self.where(req.peer) if req.peer >= 0 else "a peer"
+            raise Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
+                          rank=self.rank,
+                          missing_ranks=[req.peer] if req.peer >= 0 else [])
         if req.error is not None:
             raise req.error
 
@@ -298,6 +398,40 @@ class TCPTransport:
         self.ctx = ctx
         self._ctrl_seq = 0
         self._splits = 0
+        mesh.live += 1
+
+    def set_timeout(self, seconds: float) -> None:
+        """Seconds each wait of the calling thread may take (0: forever)."""
+        self.mesh.set_timeout(seconds)
+
+    def abort(self, reason: str) -> None:
+        """End this communicator's waits here and on every member at once; the last aborted
+        communicator over the mesh closes its sockets."""
+        self.mesh.abort(self.ctx, self.members, reason)
+        self.mesh.live -= 1
+        if self.mesh.live <= 0:
+            self.mesh.close()
+
+    def fail(self, reason: str, missing) -> None:
+        """After a timeout: this communicator is finished here; every member's waits end now
+        with a Timeout naming the same ranks (``missing``: this communicator's ranks)."""
+        self.mesh.abort(self.ctx, self.members, reason, "timeout", [self.members[m] for m in missing])
+
+    def peer_died(self, reason: str, dead: int) -> None:
+        """After losing rank ``dead`` mid-call: every member's waits end now with a RemoteError
+        naming it (a survivor may be waiting for another survivor, not for the dead rank)."""
+        self.mesh.abort(self.ctx, self.members, reason, "died", [self.members[dead]])
+
+    def _local(self, exc):
+        """A mesh error (Timeout, RemoteError) naming this communicator's ranks, not the job's."""
+        extra = dict(exc.extra)
+        if "missing_ranks" in extra:
+            extra["missing_ranks"] = [self.members.index(p) for p in extra["missing_ranks"] if p in self.members]
+        if extra.get("remote_rank") in self.members:
+            extra["remote_rank"] = self.members.index(extra["remote_rank"])
+        else:
+            extra.pop("remote_rank", None)
+        return type(exc)(exc.message, rank=self.rank, **extra)
 
     # -------------------------------------------------------- point to point
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
@@ -308,15 +442,20 @@ class TCPTransport:
         return self.mesh.post(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes)
 
     def wait(self, req) -> None:
-        self.mesh.wait(req)
+        try:
+            self.mesh.wait(req)
+        except (Timeout, RemoteError) as exc:
+            raise self._local(exc) from None
 
     def waitall(self, reqs) -> None:
         for req in reqs:
-            self.mesh.wait(req)
+            self.wait(req)
 
     def finish_p2p(self, req, peer: int, nbytes: int, op: str, rank: int) -> None:
         try:
             self.mesh.wait(req)
+        except Timeout as exc:
+            raise self._local(exc) from None
         except RemoteError as exc:
             raise RemoteError(exc.message, op=op, rank=rank, remote_rank=peer,
                               remote_type="ConnectionError") from None
@@ -337,7 +476,7 @@ class TCPTransport:
             self.mesh.send(self.members[peer], ctx, tag, None, len(data), data)
         out = {}
         for src, req in reqs.items():
-            self.mesh.wait(req, f"from {self.mesh.where(self.members[src])}")
+            self.wait(req)
             out[src] = req.data
         return out
 

@@ -1,4 +1,4 @@
-"""The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``."""
+"""The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``, ``doctor``."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,7 @@ def _info(args) -> int:
 
 def main(argv=None) -> int:
     from . import _bench
-    from . import _examples, _run
+    from . import _doctor, _examples, _run
 
     parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("examples", help="run examples/*.py under the launcher; one log each, a summary table")
     _examples.add_arguments(p)
     p.set_defaults(func=_examples.main)
+    p = sub.add_parser("doctor", help="line up the ranks' flight-recorder dumps; print the first divergence")
+    _doctor.add_arguments(p)
+    p.set_defaults(func=_doctor.main)
     args = parser.parse_args(argv)
     return args.func(args)
 
