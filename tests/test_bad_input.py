@@ -22,3 +22,5 @@ def test_bad_input_matrix(nranks, transport):
     for r in rows:  # messages name the operation and the rank
         if r["got"] and r["case"] not in ("use_after_destroy",):
             assert f"rank {r['rank']}" in r["message"], r
+        if r["case"].startswith("mismatched"):  # both sides: each rank's call, on every rank
+            assert "rank 0 " in r["message"] and f"but rank {nranks - 1} " in r["message"], r

@@ -14,6 +14,7 @@ Async operations run the same steps on the communicator's in-order executor.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import zlib
 
@@ -22,7 +23,7 @@ import numpy as np
 from . import _algorithms as alg
 from . import _device, _staged_reduce
 from . import _checks as chk
-from . import _group
+from . import _faults, _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
 from ._executor import SerialExecutor, Work
 from ._flight import FlightRecorder
@@ -152,6 +153,8 @@ class Communicator:
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
         self._name = name
         self._flight = FlightRecorder(name, self.rank, self.size)
+        self._faults = _faults.from_env(self.rank)  # UNICCL_FAULT_INJECT (tests): None, and free, otherwise
+        self._in_data = False  # the running call is past its agreement
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
@@ -307,19 +310,25 @@ class Communicator:
                                                            f"{self._name}.{color}")
 
     def stats(self) -> dict:
-        return {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
+        """Counters: calls made; over TCP also checksum failures, retransmissions asked for and
+        made (the job's connections, shared by its communicators)."""
+        out = {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
+        mesh = getattr(self._t, "mesh", None)
+        if mesh is not None:
+            out.update(mesh.stats)
+        return out
 
     # ----------------------------------------------------------------- plumbing
     def _call(self, name, planner, args, async_op, timeout=None):
         self._alive(name)
-        timeout = _check_timeout(timeout, name, self.rank)
         entry = self._flight.enqueue(name)
         self._staging.list = None
         try:
+            timeout = _check_timeout(timeout, name, self.rank)  # like any bad argument: the peers learn it
             plan = planner(*args)
         except UnicclError as exc:
             plan = Plan(name, p2p=name in ("send", "recv"))
-            plan.error = exc
+            plan.error, timeout = exc, None
         plan.staged, self._staging.list = self._staging.list, None
         plan.args, plan.timeout, plan.entry = args, timeout, entry
         if plan.p2p and plan.error is not None:
@@ -342,6 +351,7 @@ class Communicator:
             if timeout != self._timeout_set:
                 self._set_timeout(timeout)
             seq = None if plan.p2p else self._seq
+            self._in_data = False  # point-to-point errors stay between the two ranks
             self._flight.started(plan.entry, seq, plan)
             try:
                 result = plan.run(None) if plan.p2p else self._execute_locked(plan)
@@ -378,6 +388,10 @@ class Communicator:
                 # TCP: tell every survivor (one may wait for another survivor, not for the dead rank);
                 # before any abort notice of ours, so that they learn the cause, not just "aborted"
                 died(exc.message, exc.extra["remote_rank"])
+            elif self._in_data and not isinstance(exc, RemoteError) and getattr(self._t, "failed", None):
+                # failed while moving data (not in the agreement, which every rank settles alike):
+                # the peers would wait for our part; TCP tells them now (shm: the engine's abort record)
+                self._t.failed(f"{type(exc).__name__}: {exc.message}")
         self._flight.finished(plan.entry, exc)
         if not isinstance(exc, InvalidArgument):
             path = self._flight.dump(reason=type(exc).__name__, error=exc)
@@ -398,6 +412,10 @@ class Communicator:
         """The call itself (under the communicator's lock)."""
         seq = self._seq
         self._seq += 1
+        if self._faults is not None and self._faults.should_kill(seq):
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)  # UNICCL_FAULT_INJECT=kill_at=<seq>
         staged, native = plan.staged, None
         if staged and plan.error is None:
             native = self._native_path(plan)
@@ -408,10 +426,12 @@ class Communicator:
                     plan.error = _located(exc, plan.name, self.rank)  # the agreement tells the peers
         self._hdr_view[_H_NATIVE] = self._native_id if native is not None else 0
         self._hdr_view[_H_DEVRED] = bool(staged) and native is None and _staged_reduce.applies(self, plan)
+        self._in_data = False
         if self.size > 1:
             self._agree(plan, seq)
         elif plan.error is not None:
             raise plan.error
+        self._in_data = True  # from here a failure leaves peers waiting for this rank's data
         entry = plan.entry
         if self._hier is not None and plan.name == "all_reduce" and plan.op != ReduceOp.AVG and plan.count:
             if entry is not None:
@@ -542,10 +562,11 @@ class Communicator:
         h[_H_ERR], h[_H_COLL], h[_H_DTYPE] = plan.error is not None, _COLL_IDS[plan.name], plan.dtype
         h[_H_COUNT], h[_H_OP], h[_H_ROOT] = plan.count, plan.op, plan.root
         if self._engine is not None:
-            self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
+            same = self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
         else:
             self._t.allgather_array(hdr, hdrs)
-        if plan.error is None and hdrs.tobytes() == hdr.tobytes() * self.size:
+            same = hdrs.tobytes() == hdr.tobytes() * self.size
+        if same and plan.error is None:
             return  # the common case: everyone made the same valid call
         if hdrs[:, _H_ERR].any():
             errors = self._t.allgather_obj(plan.error)

@@ -12,6 +12,14 @@ communicator (the world, each ``split``) is a :class:`TCPTransport` with its own
 contexts over the same mesh.  A peer whose connection drops fails every pending
 and later receive from it at once, naming the rank and host: a dead rank never
 leaves the others hanging.
+
+Integrity (on by default; ``UNICCL_TCP_CHECKSUM=0`` turns it off): every message
+carries the CRC-32C of its payload, verified on receipt.  The sender keeps a copy of
+what it sent (``UNICCL_TCP_RETAIN_BYTES`` per peer, default 64 MiB, oldest dropped
+first); a receiver that finds a mismatch asks for that message again and holds what the
+peer sent after it until the copy arrives, so order is kept.  Counters:
+``Mesh.stats``; after 3 failed copies of one message the communicator fails with a
+typed error.  Fault injection for tests: :mod:`uniccl._faults`.
 """
 from __future__ import annotations
 
@@ -33,12 +41,16 @@ import numpy as np
 from ._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
 from ._timeout import default_timeout
 
-_HDR = struct.Struct("<QIQ")  # context, tag, payload bytes
+_HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
+_CHECKED, _RETRANSMIT, _GONE = 1, 2, 4  # flags: the CRC is valid; a message sent again; asked for but no longer held
+_NACK = struct.Struct("<Q")  # the payload of a request to send message id again
+_MAX_RETRIES = 3  # a message corrupted this many times in a row fails the communicator
 _HELLO = struct.Struct("<I32s")  # connecting rank, HMAC(secret, acceptor nonce + rank)
 _INLINE = 64 * 1024  # payloads up to this size go out in one send with their header
 DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's three dup'ed comms
 _CTRL_TAG_BASE = 1 << 30
 _ABORT_TAG = 0xFFFFFFFF  # "this communicator was aborted by its sender": fail its receives from that peer
+_NACK_TAG = 0xFFFFFFFE  # "message <id> reached me corrupted: send it again"
 
 
 def _view(ptr: int, nbytes: int) -> memoryview:
@@ -119,6 +131,14 @@ class Mesh:
         self._notified: set = set()  # context bases whose members this rank has told why it gave up
         self._tl = threading.local()  # per-thread wait limit (the call running on that thread)
         self.live = 0  # transports over this mesh not yet aborted
+        self.checksums, self._crc, self._crc_at = _checksums()
+        self._kept = _Kept(int(os.environ.get("UNICCL_TCP_RETAIN_BYTES", 64 << 20)), size)
+        self._next_id = [0] * size
+        self._rx = [_RxState() for _ in range(size)]
+        self.stats = {"checksum_failures": 0, "retransmit_requests": 0, "retransmits": 0}
+        from ._faults import from_env
+
+        self.faults = from_env(rank)
         self.worlds = 0  # world communicators made by init(): the n-th has the same context everywhere
         for peer, sock in enumerate(self.socks):
             if sock is not None:
@@ -176,16 +196,17 @@ class Mesh:
             payload = bytearray(data if data is not None else _view(ptr, nbytes))
             self._arrived(peer, ctx, tag, payload)
             return
-        hdr = _HDR.pack(ctx, tag, nbytes)
         sock = self.socks[peer]
         try:
             with self.send_locks[peer]:
-                if data is not None:
-                    sock.sendall(hdr + data)
+                if self.checksums:  # a copy is kept: the receiver may ask for it again
+                    self._send_checked(peer, sock, ctx, tag, ptr, nbytes, data)
+                elif data is not None:
+                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0) + data)
                 elif nbytes <= _INLINE:
-                    sock.sendall(hdr + ctypes.string_at(ptr, nbytes))
+                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0) + ctypes.string_at(ptr, nbytes))
                 else:
-                    sock.sendall(hdr)
+                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0))
                     sock.sendall(_view(ptr, nbytes))
         except OSError as exc:
             # a peer that gave up on this communicator (a death it saw, a timeout, an abort) says so
@@ -198,6 +219,39 @@ class Mesh:
                 raise told from None
             raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
                               remote_rank=peer, remote_type="ConnectionError") from None
+
+    def _send_checked(self, peer: int, sock, ctx: int, tag: int, ptr, nbytes: int, data) -> None:
+        """Send with the payload's CRC, from a kept copy (for a retransmission); send lock held."""
+        msg_id = self._next_id[peer]
+        self._next_id[peer] += 1
+        if nbytes <= _INLINE:  # small: the bytes object itself is the kept copy
+            body = bytes(data) if data is not None else ctypes.string_at(ptr, nbytes)
+            crc = self._crc(body)
+            self._kept.keep_small(peer, msg_id, (ctx, tag, crc, body))
+            sock.sendall(_HDR.pack(ctx, tag, nbytes, crc, _CHECKED, msg_id) + body)
+            return
+        body, crc = self._kept.keep(peer, msg_id, ctx, tag, ptr, nbytes, data)
+        if body is None:  # larger than a quarter of the budget: checked, sent from where it is, not kept
+            body = data if data is not None else _view(ptr, nbytes)
+            crc = self._crc(body)
+        sock.sendall(_HDR.pack(ctx, tag, nbytes, crc, _CHECKED, msg_id))
+        sock.sendall(body)
+
+    def _resend(self, peer: int, msg_id: int) -> None:
+        """``peer`` got message ``msg_id`` corrupted: send the kept copy (reader thread)."""
+        sock = self.socks[peer]
+        with self.send_locks[peer]:
+            kept = self._kept.get(peer, msg_id)
+            try:
+                if kept is None:  # overwritten or never kept: the receiver fails with a typed error
+                    sock.sendall(_HDR.pack(0, 0, 0, 0, _GONE, msg_id))
+                    return
+                ctx, tag, crc, body = kept
+                self.stats["retransmits"] += 1
+                sock.sendall(_HDR.pack(ctx, tag, len(body), crc, _CHECKED | _RETRANSMIT, msg_id))
+                sock.sendall(body)
+            except OSError:
+                pass  # its reader sees the connection drop
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
@@ -256,37 +310,129 @@ class Mesh:
     def _reader(self, peer: int, sock) -> None:
         hdr = bytearray(_HDR.size)
         hview = memoryview(hdr)
-        req = None  # the receive being filled: out of the posted queues, so failed here if the peer dies
+        rx = self._rx[peer]
         try:
             while True:
                 _recv_into(sock, hview)
-                ctx, tag, n = _HDR.unpack(hdr)
+                ctx, tag, n, crc, flags, msg_id = _HDR.unpack(hdr)
                 if tag == _ABORT_TAG:
                     raw = bytearray(n)
                     _recv_into(sock, memoryview(raw))
                     self._abort_local(peer, ctx, self._notice_error(peer, raw))
                     continue
-                key = (peer, ctx, tag)
-                with self._lock:
-                    req = self._take_posted(key)
-                if req is None or req.ptr is None:
-                    payload = bytearray(n)
-                    _recv_into(sock, memoryview(payload))
-                    if req is None:
-                        self._arrived(peer, ctx, tag, payload)
-                    else:
-                        self._fill(req, payload)
+                if tag == _NACK_TAG:
+                    raw = bytearray(n)
+                    _recv_into(sock, memoryview(raw))
+                    self._resend(peer, _NACK.unpack(raw)[0])
                     continue
-                m = min(n, req.nbytes)  # straight into the receiver's memory, no copy
-                if m:
-                    _recv_into(sock, _view(req.ptr, m))
-                if n > m:  # longer than the buffer: drain the rest, report truncation
-                    _recv_into(sock, memoryview(bytearray(n - m)))
-                    req.truncated = True
-                req.done.set()
-                req = None
+                if flags & _GONE:
+                    self._unrecoverable(peer, rx, msg_id, "is no longer held by the sender")
+                    continue
+                if rx.awaiting is not None and not (flags & _RETRANSMIT and msg_id == rx.awaiting):
+                    payload = bytearray(n)  # after a corrupted message: held until its copy arrives
+                    _recv_into(sock, memoryview(payload))
+                    rx.held.append((ctx, tag, n, crc, flags, msg_id, payload))
+                    continue
+                if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, sock=sock) and flags & _RETRANSMIT:
+                    rx.awaiting = None
+                    while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
+                        *fields, payload = rx.held.popleft()
+                        self._receive(peer, rx, *fields, payload=payload)
         except (OSError, ConnectionError) as exc:
-            self._peer_lost(peer, exc, req)
+            self._peer_lost(peer, exc, rx.current)
+
+    def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
+                 sock=None, payload=None) -> bool:
+        """Read one message (from ``sock``, or take ``payload`` already read), verify it, deliver
+        it; False when it is corrupted (it was asked for again)."""
+        key = (peer, ctx, tag)
+        with self._lock:
+            req = rx.current = self._take_posted(key)
+        fault = self.faults.on_message(peer) if self.faults is not None and flags & _CHECKED else ""
+        if fault == "delay":
+            self.faults.injected["delay"] += 1
+            time.sleep(self.faults.delay_s)
+        if req is None or req.ptr is None:
+            if payload is None:
+                payload = bytearray(n)
+                _recv_into(sock, memoryview(payload))
+            if fault in ("flip", "drop"):
+                self.faults.injected[fault] += 1
+                payload = bytearray(payload)  # a held payload may be replayed: damage a copy
+                if fault == "flip":
+                    self.faults.flip_bit(memoryview(payload), peer)
+            if flags & _CHECKED and (fault == "drop" or self._crc(payload) != crc):
+                return self._corrupted(peer, rx, key, req, msg_id)
+            rx.current = None
+            if req is None:
+                self._arrived(peer, ctx, tag, payload)
+            else:
+                self._fill(req, payload)
+            return True
+        m, rest = min(n, req.nbytes), None  # straight into the receiver's memory, no copy
+        if payload is None:
+            if m:
+                _recv_into(sock, _view(req.ptr, m))
+            if n > m:  # longer than the buffer: drain the rest, report truncation
+                rest = bytearray(n - m)
+                _recv_into(sock, memoryview(rest))
+        else:
+            if m:
+                ctypes.memmove(req.ptr, (ctypes.c_char * m).from_buffer(payload), m)
+            rest = payload[m:] if n > m else None
+        if fault == "flip":
+            self.faults.injected[fault] += 1
+            self.faults.flip_bit(_view(req.ptr, m) if m else memoryview(rest or bytearray()), peer)
+        elif fault == "drop":
+            self.faults.injected[fault] += 1
+        if flags & _CHECKED:
+            got = self._crc_at(req.ptr, m) if m else self._crc(b"")
+            if rest is not None:
+                got = self._crc(rest, got)
+            if fault == "drop" or got != crc:
+                return self._corrupted(peer, rx, key, req, msg_id)
+        req.truncated = n > m
+        rx.current = None
+        req.done.set()
+        return True
+
+    def _corrupted(self, peer: int, rx, key, req, msg_id: int) -> bool:
+        """Message ``msg_id`` from ``peer`` failed its checksum: put its receive back first in
+        line, hold what follows, and ask for a copy (or give up after _MAX_RETRIES)."""
+        from ._log import logger
+
+        rx.current = None
+        if req is not None:
+            with self._lock:
+                self._posted.setdefault(key, collections.deque()).appendleft(req)
+        rx.tries = rx.tries + 1 if rx.awaiting == msg_id else 1
+        self.stats["checksum_failures"] += 1
+        if rx.tries > _MAX_RETRIES:
+            self._unrecoverable(peer, rx, msg_id, f"failed its checksum {rx.tries} times")
+            return False
+        rx.awaiting = msg_id
+        self.stats["retransmit_requests"] += 1
+        logger.warning("rank %d: message %d from rank %d failed its CRC-32C check; asking for it again (%d)",
+                       self.rank, msg_id, peer, rx.tries)
+        try:
+            with self.send_locks[peer]:
+                self.socks[peer].sendall(_HDR.pack(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id))
+        except OSError:
+            pass  # the peer is gone: its reader reports that
+        return False
+
+    def _unrecoverable(self, peer: int, rx, msg_id: int, why: str) -> None:
+        """A corrupted message cannot be had again: every receive from that peer fails."""
+        error = InternalError(f"message {msg_id} from {self.where(peer)} arrived corrupted and {why}",
+                              rank=self.rank, remote_rank=peer)
+        rx.awaiting, rx.held = None, collections.deque()
+        with self._lock:
+            self._dead[peer] = error
+            keys = [k for k in self._posted if k[0] == peer]
+            reqs = [r for k in keys for r in self._posted.pop(k)]
+        for req in reqs:
+            req.error = error
+            req.done.set()
 
     def _peer_lost(self, peer: int, exc, current=None) -> None:
         error = RemoteError(f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
@@ -349,7 +495,7 @@ class Mesh:
                 continue  # a send to it is stuck (its buffers are full): its reader will see the socket close
             try:
                 sock.settimeout(1.0)
-                sock.sendall(_HDR.pack(ctx & ~3, _ABORT_TAG, len(data)) + data)
+                sock.sendall(_HDR.pack(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data)
             except OSError:
                 pass
             finally:
@@ -416,6 +562,11 @@ class TCPTransport:
         """After a timeout: this communicator is finished here; every member's waits end now
         with a Timeout naming the same ranks (``missing``: this communicator's ranks)."""
         self.mesh.abort(self.ctx, self.members, reason, "timeout", [self.members[m] for m in missing])
+
+    def failed(self, reason: str) -> None:
+        """This rank failed in the middle of a call: every member's waits end now with a
+        RemoteError naming this rank (they would otherwise wait for its data)."""
+        self.mesh.abort(self.ctx, self.members, reason, "abort")
 
     def peer_died(self, reason: str, dead: int) -> None:
         """After losing rank ``dead`` mid-call: every member's waits end now with a RemoteError
@@ -520,6 +671,97 @@ class TCPTransport:
 
     def free(self) -> None:
         pass  # the mesh outlives communicators: peers may still be reading our last messages
+
+
+class _Kept:
+    """Copies of sent messages for retransmission: one preallocated ring of ``budget`` bytes
+    shared by all peers (so copying costs a memcpy, not an allocation), newest overwriting
+    oldest; a record is valid while the ring has not wrapped over it."""
+
+    def __init__(self, budget: int, size: int):
+        self._copy = None  # crc32c_copy of the compiled core, imported at first use
+        self.budget = max(0, budget)
+        self._ring = None
+        self._pos = 0  # bytes handed out so far (absolute)
+        self._lock = threading.Lock()
+        self._index = [collections.OrderedDict() for _ in range(size)]  # msg id -> [ctx, tag, crc, start, n]
+        self._small = [collections.OrderedDict() for _ in range(size)]  # msg id -> (ctx, tag, crc, bytes)
+
+    def keep_small(self, peer, msg_id, record) -> None:
+        small = self._small[peer]  # the peer's send lock is held: no other writer
+        small[msg_id] = record
+        if len(small) > 1024:
+            small.popitem(last=False)
+
+    def keep(self, peer, msg_id, ctx, tag, ptr, nbytes, data):
+        """Copy the payload into the ring: (view of the copy, its CRC); (None, 0) when it is too
+        large to keep."""
+        if nbytes > self.budget // 4:
+            return None, 0
+        with self._lock:
+            if self._ring is None:
+                from ._shm import crc32c_copy
+
+                self._copy = crc32c_copy
+                self._ring = bytearray(self.budget)
+                self._base = ctypes.addressof((ctypes.c_char * self.budget).from_buffer(self._ring))
+            off = self._pos % self.budget
+            if off + nbytes > self.budget:  # no wrap inside a record: skip the tail
+                self._pos += self.budget - off
+                off = 0
+            start = self._pos
+            self._pos += nbytes
+            index = self._index[peer]
+            index[msg_id] = rec = [ctx, tag, 0, start, nbytes]
+            while index and self._pos - next(iter(index.values()))[3] > self.budget:
+                index.popitem(last=False)  # overwritten
+        tmp = None
+        if data is not None and nbytes:
+            tmp = (ctypes.c_char * nbytes).from_buffer_copy(data)  # kept alive until the copy is done
+            ptr = ctypes.addressof(tmp)
+        crc = self._copy(self._base + off, ptr or 0, nbytes)  # copy and checksum in one pass, GIL released
+        rec[2] = crc
+        del tmp
+        return memoryview(self._ring)[off:off + nbytes], crc
+
+    def get(self, peer, msg_id):
+        """(ctx, tag, crc, bytes) of a kept message, or None when it was overwritten."""
+        small = self._small[peer].get(msg_id)
+        if small is not None:
+            return small
+        with self._lock:
+            rec = self._index[peer].get(msg_id)
+            if rec is None or self._pos - rec[3] > self.budget:
+                return None
+            ctx, tag, crc, start, n = rec
+            off = start % self.budget
+            return ctx, tag, crc, bytes(self._ring[off:off + n])
+
+
+class _RxState:
+    """What one reader knows about its peer's stream: the message being filled (failed if the
+    connection drops), the corrupted message awaited again and what arrived after it."""
+
+    __slots__ = ("current", "awaiting", "held", "tries")
+
+    def __init__(self):
+        self.current = None
+        self.awaiting = None
+        self.held = collections.deque()
+        self.tries = 0
+
+
+def _checksums():
+    """(on?, crc32c(bytes, crc=0), crc32c_at(ptr, n, crc=0)): CRC-32C from the core's C code."""
+    if os.environ.get("UNICCL_TCP_CHECKSUM", "1").strip().lower() in ("0", "false", "no", "off"):
+        on = False
+    else:
+        on = True
+    try:
+        from ._shm import crc32c, crc32c_at
+    except ImportError:  # the compiled core is missing: no checksums (a plain-Python build)
+        return False, None, None
+    return on, crc32c, crc32c_at
 
 
 def derive_context(parent: int, n: int, color: int) -> int:

@@ -82,6 +82,25 @@ CASES = {
     "send_to_self_outside_group": (lambda c, bad: c.send(f32(8), c.rank), uniccl.InvalidArgument, "same"),
     "recv_truncated": (lambda c, bad: _truncated(c, bad), uniccl.InvalidArgument, None),
     "split_bad_color": (lambda c, bad: c.split("red"), uniccl.InvalidArgument, "same"),
+    "negative_timeout": (lambda c, bad: c.all_reduce(f32(8), timeout=-1 if bad else None),
+                         uniccl.InvalidArgument, uniccl.RemoteError),
+    "mismatched_scatter_recv": (lambda c, bad: c.scatter(f32(4 * c.size) if c.rank == 0 else None,
+                                                         f32(3 if bad else 4), root=0), uniccl.InvalidUsage, "same"),
+    "reduce_root_readonly_recv": (lambda c, bad: c.reduce(f32(8), readonly(8) if bad else f32(8),
+                                                          root=c.size - 1), uniccl.InvalidArgument, uniccl.RemoteError),
+    "mismatched_gather_root": (lambda c, bad: c.gather(f32(2), f32(2 * c.size), root=c.size - 1 if bad else 0),
+                               uniccl.InvalidUsage, "same"),
+    "all_to_all_recv_too_small": (lambda c, bad: c.all_to_all(f32(2 * c.size), f32(2 * c.size - (1 if bad else 0))),
+                                  uniccl.InvalidArgument, uniccl.RemoteError),
+    "reduce_scatter_recv_dtype": (lambda c, bad: c.reduce_scatter(f32(2 * c.size),
+                                                                  np.zeros(2, np.float64 if bad else np.float32)),
+                                  uniccl.InvalidArgument, uniccl.RemoteError),
+    "bool_root": (lambda c, bad: c.broadcast(f32(8), root=True if bad else 0), uniccl.InvalidArgument,
+                  uniccl.RemoteError),
+    "float_peer": (lambda c, bad: c.send(f32(8), 0.5), uniccl.InvalidArgument, "same"),
+    "all_gather_recv_dtype": (lambda c, bad: c.all_gather(f32(2), np.zeros(2 * c.size, np.int32 if bad
+                                                                           else np.float32)),
+                              uniccl.InvalidArgument, uniccl.RemoteError),
 }
 
 
