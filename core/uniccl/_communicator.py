@@ -309,6 +309,21 @@ class Communicator:
         return None if new is None else Communicator._over(new, self.platform, self.timeout,
                                                            f"{self._name}.{color}")
 
+    def shrink(self, timeout: float = 10.0) -> "Communicator":
+        """A new communicator of the ranks still alive, after a peer died (collective over the
+        survivors; ranks keep their order).  Works on a failed communicator; call it before
+        ``abort()`` (which may close the connections it needs).  Needs the TCP bootstrap
+        (``uniccl run``, or a unique id): MPI cannot survive a dead rank.  ``timeout``: how long
+        to wait for each survivor's view of who is alive."""
+        shrink = getattr(self._t, "shrink", None)
+        if shrink is None:
+            raise InvalidUsage(f"shrink() needs the TCP bootstrap; this communicator runs over "
+                               f"{self._t.name}", op="shrink", rank=self.rank)
+        transport = shrink(_check_timeout(timeout, "shrink", self.rank))
+        self._shrunk = getattr(self, "_shrunk", 0) + 1
+        logger.info("rank %d: shrink: %d of %d ranks survive", self.rank, transport.size, self.size)
+        return Communicator._over(transport, self.platform, self.timeout, f"{self._name}.shrink{self._shrunk}")
+
     def stats(self) -> dict:
         """Counters: calls made; over TCP also checksum failures, retransmissions asked for and
         made (the job's connections, shared by its communicators)."""

@@ -504,6 +504,7 @@ class Mesh:
 
     def close(self) -> None:
         """Shut every connection (abort of the last communicator over this mesh)."""
+        self.closed = True
         for sock in self.socks:
             if sock is not None:
                 try:
@@ -544,6 +545,7 @@ class TCPTransport:
         self.ctx = ctx
         self._ctrl_seq = 0
         self._splits = 0
+        self._shrinks = 0
         mesh.live += 1
 
     def set_timeout(self, seconds: float) -> None:
@@ -661,6 +663,44 @@ class TCPTransport:
             return None
         members = [self.members[r] for _, r in sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)]
         return TCPTransport(self.mesh, members, derive_context(self.ctx, self._splits, color))
+
+    def shrink(self, timeout: float) -> "TCPTransport":
+        """The ranks of this communicator still alive, as a new transport (collective over the
+        survivors).  Each survivor sends its view of who is alive (peers whose connection did
+        not drop) to the others; those it cannot hear from within ``timeout`` or that drop
+        meanwhile are left out; the intersection is confirmed in a second round."""
+        if getattr(self.mesh, "closed", False):
+            raise InvalidUsage("the connections were closed by abort(): call shrink() before abort()", op="shrink",
+                               rank=self.rank)
+        self._shrinks += 1
+        ctx = derive_context(self.ctx, self._shrinks, -2) + CTRL  # a context of its own: the old one is aborted
+        me = self.mesh.rank
+        alive = [m for m in self.members if m == me or m not in self.mesh._dead]
+        views = self._shrink_round(ctx, 1, alive, alive, timeout)
+        common = [m for m in self.members if all(m in v for v in views.values())]  # in communicator order
+        confirm = self._shrink_round(ctx, 2, common, common, timeout)
+        if any(v != common for v in confirm.values()):
+            raise InternalError(f"the survivors disagree on who is alive ({confirm}); call shrink() again",
+                                op="shrink", rank=self.rank)
+        return TCPTransport(self.mesh, common, derive_context(ctx, 0, 0))
+
+    def _shrink_round(self, ctx: int, tag: int, peers: list, view: list, timeout: float) -> dict:
+        """Send ``view`` to every other job rank in ``peers``; {job rank: its view} of those heard
+        from (mine included); a peer that is dead or silent for ``timeout`` is left out."""
+        me, mesh = self.mesh.rank, self.mesh
+        data = json.dumps(view).encode()
+        reqs = {p: mesh.post(p, ctx, tag, None, 0) for p in peers if p != me}
+        for p in reqs:
+            try:
+                mesh.send(p, ctx, tag, None, len(data), data)
+            except (RemoteError, InternalError):
+                pass  # it died: its receive fails too
+        out = {me: list(view)}
+        deadline = time.monotonic() + timeout
+        for p, req in reqs.items():
+            if req.done.wait(max(0.0, deadline - time.monotonic())) and req.error is None:
+                out[p] = json.loads(req.data)
+        return out
 
     def node(self) -> tuple[int, int]:
         """(local rank, local size): position among this communicator's ranks on this host."""

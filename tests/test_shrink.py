@@ -1,0 +1,34 @@
+"""After a rank dies, the survivors shrink to a working communicator (4 ranks, one killed
+mid-all_reduce, over shared memory and over TCP)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import uniccl
+from _launch import WORKERS
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_survivors_shrink_and_go_on(transport):
+    uid = uniccl.get_unique_id()
+    procs = []
+    for r in range(4):
+        env = dict(os.environ, UNICCL_TEST_UID=bytes(uid).hex(), UNICCL_TEST_RANK=str(r), UNICCL_TEST_SIZE="4",
+                   UNICCL_BOOTSTRAP="tcp", UNICCL_TRANSPORT=transport,
+                   UNICCL_FAULT_INJECT="kill_at=5,kill_rank=2")
+        procs.append(subprocess.Popen([sys.executable, str(WORKERS / "shrink.py")], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    rows = []
+    for r, p in enumerate(procs):
+        out, err = p.communicate(timeout=90)
+        assert p.returncode == (-9 if r == 2 else 0), err[-2000:]
+        rows += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    rows.sort(key=lambda x: x["rank"])
+    assert [r["rank"] for r in rows] == [0, 1, 3]
+    for row, new_rank in zip(rows, (0, 1, 2)):
+        assert row["error"] == "RemoteError" and row["remote_rank"] == 2, row
+        assert row["new_size"] == 3 and row["new_rank"] == new_rank and row["sum"] == 6.0, row
+        assert row["shrink_s"] < 5 and row["transport"] == transport, row
