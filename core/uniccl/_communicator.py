@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import zlib
 
@@ -26,6 +27,7 @@ from . import _checks as chk
 from . import _faults, _group
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
 from ._executor import SerialExecutor, Work
+from . import _flight as _fl
 from ._flight import FlightRecorder
 from ._mpi import MPITransport
 from ._log import configure as configure_logging
@@ -336,7 +338,7 @@ class Communicator:
     # ----------------------------------------------------------------- plumbing
     def _call(self, name, planner, args, async_op, timeout=None):
         self._alive(name)
-        entry = self._flight.enqueue(name)
+        entry = self._flight.enqueue(name, sys._getframe(2))  # the public method's caller
         self._staging.list = None
         try:
             timeout = _check_timeout(timeout, name, self.rank)  # like any bad argument: the peers learn it
@@ -367,7 +369,7 @@ class Communicator:
                 self._set_timeout(timeout)
             seq = None if plan.p2p else self._seq
             self._in_data = False  # point-to-point errors stay between the two ranks
-            self._flight.started(plan.entry, seq, plan)
+            self._flight.started(plan.entry, seq, plan, threading.current_thread() is self._executor._thread)
             try:
                 result = plan.run(None) if plan.p2p else self._execute_locked(plan)
             except UnicclError as exc:
@@ -450,20 +452,20 @@ class Communicator:
         entry = plan.entry
         if self._hier is not None and plan.name == "all_reduce" and plan.op != ReduceOp.AVG and plan.count:
             if entry is not None:
-                entry.path = "hierarchical"
+                entry[_fl.PATH] = "hierarchical"
             return self._run_hierarchical(plan)
         hdrs = self._hdrs if self.size > 1 else self._hdr[None, :]
         if native is not None:
             if (hdrs[:, _H_NATIVE] == self._native_id).all():
                 if entry is not None:
-                    entry.path = f"native:{self._native.name}"
+                    entry[_fl.PATH] = f"native:{self._native.name}"
                 return self._run_native(plan, native)
             _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
         if plan.run is None:
             return None
         if staged and hdrs[:, _H_DEVRED].all():
             if entry is not None:
-                entry.path = "staged:device kernels"
+                entry[_fl.PATH] = "staged:device kernels"
             return _staged_reduce.run(self, plan, seq)  # writes the device buffers itself
         result = self._run_host(plan, seq)
         if staged:
@@ -475,8 +477,7 @@ class Communicator:
         if self.size > 1:
             choice = self._tuner.choose(plan.name, plan.nbytes)
             if plan.entry is not None:
-                plan.entry.path = ("staged:" if plan.staged else "") + (
-                    "shm" if choice.transport == "shm" else f"{choice.transport}:{choice.algorithm}")
+                plan.entry[_fl.PATH] = choice  # formatted when dumped
             if choice.transport == "shm":
                 return plan.shm(self._engine)
             algorithm = choice.algorithm

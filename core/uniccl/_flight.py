@@ -9,7 +9,8 @@ ring is written to ``$UNICCL_DUMP_DIR/uniccl-flight-<communicator>-r<rank>.json`
 (and on demand with :meth:`Communicator.dump_flight_recorder`); ``uniccl doctor
 DIR`` lines the ranks' files up (:mod:`uniccl._doctor`).
 
-Cost: one small object and a walk up two or three stack frames per call.
+Cost: one small list per call (the source line is kept as code object and line number,
+formatted only when the record is dumped).
 """
 from __future__ import annotations
 
@@ -17,10 +18,8 @@ import collections
 import json
 import os
 import socket
-import sys
 import time
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 DEFAULT_CAPACITY = 2048
 
 
@@ -31,28 +30,17 @@ def capacity() -> int:
         return DEFAULT_CAPACITY
 
 
-def call_site() -> str:
-    """``file:line (function)`` of the first frame outside uniccl: the user's call."""
-    f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
-        f = f.f_back
-    if f is None:
+# An entry is a list (cheaper to make than an object): these are its fields, in order.
+FIELDS = ("seq", "op", "dtype", "count", "root", "peer", "path", "state", "t_enqueued", "t_started",
+          "t_completed", "code", "line", "error")
+SEQ, OP, DTYPE, COUNT, ROOT, PEER, PATH, STATE, T_ENQ, T_START, T_END, CODE, LINE, ERROR = range(len(FIELDS))
+
+
+def site(code, line) -> str:
+    """``file:line (function)`` of a recorded call."""
+    if code is None:
         return "?"
-    return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})"
-
-
-class Entry:
-    __slots__ = ("seq", "op", "dtype", "count", "root", "peer", "path", "state", "t_enqueued", "t_started",
-                 "t_completed", "site", "error")
-
-    def __init__(self, op: str, site: str):
-        self.op, self.site = op, site
-        self.seq = self.dtype = self.count = self.root = self.peer = None
-        self.path, self.state, self.error = "", "enqueued", None
-        self.t_enqueued, self.t_started, self.t_completed = time.time(), None, None
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__}
+    return f"{code.co_filename}:{line} ({code.co_name})"
 
 
 class FlightRecorder:
@@ -61,42 +49,50 @@ class FlightRecorder:
         self.entries: collections.deque = collections.deque(maxlen=capacity() if cap is None else cap)
         self.enabled = self.entries.maxlen > 0
 
-    def enqueue(self, op: str) -> Entry | None:
+    def enqueue(self, op: str, frame) -> list | None:
+        """Record a call of ``op`` made from ``frame`` (the caller's: where the user called)."""
         if not self.enabled:
             return None
-        entry = Entry(op, call_site())
+        entry = [None, op, None, None, None, None, "", "enqueued", time.time(), None, None, frame.f_code,
+                 frame.f_lineno, None]
         self.entries.append(entry)
         return entry
 
-    def started(self, entry: Entry | None, seq: int, plan) -> None:
+    @staticmethod
+    def started(entry: list | None, seq, plan, queued: bool) -> None:
+        """The call starts (``queued``: it waited behind earlier async work)."""
         if entry is None:
             return
-        entry.seq, entry.state, entry.t_started = seq, "started", time.time()
-        entry.dtype = plan.dtype if plan.dtype >= 0 else None
-        entry.count = plan.count if plan.count >= 0 else None
-        if plan.p2p:
-            entry.peer = plan.root
-        elif plan.root >= 0:
-            entry.root = plan.root
+        entry[SEQ], entry[STATE] = seq, "started"
+        entry[T_START] = time.time() if queued else entry[T_ENQ]
+        entry[DTYPE], entry[COUNT] = plan.dtype, plan.count  # -1: none (shown as null)
+        entry[PEER if plan.p2p else ROOT] = plan.root
 
     @staticmethod
-    def finished(entry: Entry | None, error: BaseException | None = None) -> None:
+    def finished(entry: list | None, error: BaseException | None = None) -> None:
         if entry is None:
             return
-        entry.t_completed = time.time()
+        entry[T_END] = time.time()
         if error is None:
-            entry.state = "completed"
+            entry[STATE] = "completed"
         else:
-            entry.state, entry.error = "failed", f"{type(error).__name__}: {error}"
+            entry[STATE], entry[ERROR] = "failed", f"{type(error).__name__}: {error}"
 
     def snapshot(self, reason: str = "on demand", error: BaseException | None = None) -> dict:
         from ._types import dtype_name
 
         ops = []
         for e in list(self.entries):
-            d = e.as_dict()
+            d = dict(zip(FIELDS, e))
+            d["site"] = site(d.pop("code"), d.pop("line"))
+            for k in ("dtype", "count", "root", "peer"):
+                if d[k] is not None and d[k] < 0:
+                    d[k] = None
             if d["dtype"] is not None:
                 d["dtype"] = dtype_name(d["dtype"])
+            path = d["path"]  # a string, or the tuner's choice (formatted here, not per call)
+            if not isinstance(path, str):
+                d["path"] = "shm" if path.transport == "shm" else f"{path.transport}:{path.algorithm}"
             ops.append(d)
         return {"communicator": self.name, "rank": self.rank, "size": self.size, "pid": os.getpid(),
                 "host": socket.gethostname(), "time": time.time(), "reason": reason,
