@@ -56,9 +56,10 @@ def run(transport: str, collective: str, seed: int, timeout: float = 60) -> dict
             rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             if r != victim and p.returncode != 0 and r not in hung:
                 errors.append(f"rank {r} exited {p.returncode}: {err[-800:]}")
+    ours = {str(p.pid) for p in procs}  # segments are named uniccl-<creator pid>-<random>: only ours count
     return {"transport": transport, "collective": collective, "seed": seed, "victim": victim, "kill_after": after,
             "rows": sorted(rows, key=lambda x: x["rank"]), "hung": hung, "errors": errors,
-            "leftover": sorted(segments() - before)}
+            "leftover": sorted(f for f in segments() - before if f.split("-")[1] in ours)}
 
 
 def problems(result: dict) -> list:

@@ -160,6 +160,7 @@ class Communicator:
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
         self._destroyed = False
+        self._pid = os.getpid()
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
@@ -248,6 +249,9 @@ class Communicator:
     def _alive(self, op: str) -> None:
         if self._destroyed:
             raise InvalidUsage("the communicator was destroyed", op=op, rank=self.rank)
+        if os.getpid() != self._pid:  # its sockets and shared memory are the parent's: never touch them
+            raise InvalidUsage(f"this communicator belongs to process {self._pid}; a forked child must make its "
+                               "own", op=op, rank=self.rank)
 
     # ------------------------------------------------------------- collectives
     def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, timeout=None):

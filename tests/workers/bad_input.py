@@ -95,6 +95,7 @@ CASES = {
     "reduce_scatter_recv_dtype": (lambda c, bad: c.reduce_scatter(f32(2 * c.size),
                                                                   np.zeros(2, np.float64 if bad else np.float32)),
                                   uniccl.InvalidArgument, uniccl.RemoteError),
+    "call_from_forked_child": (lambda c, bad: _forked(c, bad), uniccl.InvalidUsage, None),
     "bool_root": (lambda c, bad: c.broadcast(f32(8), root=True if bad else 0), uniccl.InvalidArgument,
                   uniccl.RemoteError),
     "float_peer": (lambda c, bad: c.send(f32(8), 0.5), uniccl.InvalidArgument, "same"),
@@ -107,6 +108,29 @@ CASES = {
 # Cases that are only wrong when there is a second rank to disagree with or to be the root.
 NEEDS_TWO = {"recv_truncated", "readonly_broadcast_nonroot", "all_to_all_not_divisible"} | {
     c for c in CASES if c.startswith("mismatched")}
+
+
+def _forked(c, bad):
+    """The last rank forks; the child calls the parent's communicator: a typed error in the
+    child (its parent's sockets and shared memory are never touched), nothing for the others."""
+    import os
+
+    if not bad:
+        return None
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c.all_reduce(f32(8))
+            code = 1
+        except uniccl.InvalidUsage as exc:
+            code = 0 if "forked child" in str(exc) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "the forked child did not get InvalidUsage"
+    raise uniccl.InvalidUsage("forked child refused, as it should be", op="all_reduce", rank=c.rank)
 
 
 def _overlap(c, bad):

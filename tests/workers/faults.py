@@ -21,7 +21,7 @@ comm = uniccl.init()
 r, n, last = comm.rank, comm.size, comm.size - 1
 x = np.ones(1000, np.float32)
 comm.all_reduce(x)  # call #0: everyone
-row = {"rank": r, "scenario": scenario}
+row = {"rank": r, "scenario": scenario, "pid": os.getpid()}
 t0 = time.monotonic()
 
 
