@@ -81,8 +81,16 @@ class FlightRecorder:
     def snapshot(self, reason: str = "on demand", error: BaseException | None = None) -> dict:
         from ._types import dtype_name
 
+        for _ in range(100):  # another thread may be recording a call (no lock on that hot path)
+            try:
+                entries = [list(e) for e in self.entries]
+                break
+            except RuntimeError:  # deque mutated during iteration: copy again
+                continue
+        else:
+            entries = []
         ops = []
-        for e in list(self.entries):
+        for e in entries:
             d = dict(zip(FIELDS, e))
             d["site"] = site(d.pop("code"), d.pop("line"))
             for k in ("dtype", "count", "root", "peer"):
