@@ -27,6 +27,8 @@
 #define _GNU_SOURCE
 #include "shm_engine.h"
 
+#include "crc32c.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -104,6 +106,8 @@ typedef struct {
     uint64_t slot_bytes, total_bytes, ctrl_bytes;
     uint64_t small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes;
     int64_t creator_pid;
+    uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
+    uint32_t flip_ppm; /* fault injection: a reader's copy gets a bit flipped, per million copies */
 } uc_hdr;
 
 struct uc_shm {
@@ -131,6 +135,11 @@ struct uc_shm {
     const char *op;
     uint64_t t_call;
     uint64_t g_call;  /* e->g when the call began: chunks are numbered from there in messages */
+    int checksum;       /* see uc_hdr.checksum */
+    uint32_t flip_ppm;
+    uint64_t rng;       /* xorshift state of the fault injection */
+    uint32_t *crcs;     /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
+    uint64_t crc_failures, recopies;
     const void **src; /* [size] scratch for folds */
     long *pids;       /* [size] peers' pids (after the first call) */
     int *missing;     /* [size] */
@@ -609,7 +618,7 @@ static int probe(uc_shm *e) {
         e->pids[q] = (long)atomic_load_explicit(&e->ctrl[q].pid, memory_order_acquire);
     uint32_t verdict = 1;
     int err = 0, peer = -1;
-    if (!e->cma_allowed) {
+    if (!e->cma_allowed || e->checksum) { /* checksums cover the slot copies only */
         verdict = 2;
     } else {
         for (int k = 1; k < n; k++) {
@@ -644,7 +653,9 @@ static int probe(uc_shm *e) {
         if (o->verdict == 1)
             continue;
         e->cma = 0;
-        if (o->verdict_peer < 0)
+        if (o->verdict_peer < 0 && e->checksum)
+            snprintf(e->cma_reason, sizeof e->cma_reason, "checksums are on (slot copies only)");
+        else if (o->verdict_peer < 0)
             snprintf(e->cma_reason, sizeof e->cma_reason, "disabled on rank %d (UNICCL_SHM_CMA=0)", q);
         else if (o->verdict_errno == EXDEV)
             snprintf(e->cma_reason, sizeof e->cma_reason, "ranks %d and %d are in different pid namespaces",
@@ -741,6 +752,69 @@ static int fold(uc_shm *e, void *dst, const void **src, size_t count, int dtype,
     return UC_SHM_OK;
 }
 
+/* ============================================================ integrity */
+/* With checksums on (opt-in, uc_shm_tuning.checksum), a rank that writes a region of its
+ * slot for others records the region's CRC-32C before it signals; whoever reads the
+ * region checks it: a copy that does not match is copied again (up to 3 times), a
+ * source that does not match before a fold fails the call with UC_SHM_ECORRUPT.
+ * Regions: 0..n-1 a part or block meant for that rank, n the whole chunk. */
+#define WHOLE(e) ((e)->size)
+
+static inline uint32_t *crc_of(uc_shm *e, int r, uint64_t g) {
+    return e->crcs + ((size_t)r * 2 + (size_t)(g & 1)) * (size_t)(e->size + 1);
+}
+
+static inline void seal(uc_shm *e, uint64_t g, int region, const void *p, size_t n) {
+    if (e->checksum)
+        crc_of(e, e->rank, g)[region] = uc_crc32c(0, p, n);
+}
+
+static int corrupt(uc_shm *e, int q, uint64_t g, int region, const char *what) {
+    set_err(&e->err, UC_SHM_ECORRUPT, e->op, "%s of rank %d (chunk %llu of this call, region %d) failed its "
+            "CRC-32C check%s", what, q, (unsigned long long)(g - e->g_call), region,
+            e->flip_ppm ? " (fault injection is on)" : "");
+    e->err.remote_rank = q;
+    return fatal(e);
+}
+
+/* copy_out of a region of rank q's slot, checked and copied again on a mismatch */
+static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void *src, size_t n, int nt) {
+    copy_out(e, dst, src, n, nt);
+    if (!e->checksum || !n)
+        return UC_SHM_OK;
+    nt_fence(e);
+    uint32_t want = crc_of(e, q, g)[region];
+    for (int tries = 0;; tries++) {
+        if (e->flip_ppm) { /* injected: one bit of this copy flipped */
+            e->rng ^= e->rng << 13, e->rng ^= e->rng >> 7, e->rng ^= e->rng << 17;
+            if (e->rng % 1000000 < e->flip_ppm)
+                ((unsigned char *)dst)[(e->rng >> 20) % n] ^= (unsigned char)(1u << ((e->rng >> 8) & 7));
+        }
+        if (uc_crc32c(0, dst, n) == want)
+            return UC_SHM_OK;
+        e->crc_failures++;
+        if (tries == 3)
+            return corrupt(e, q, g, region, "a copy of a region");
+        e->recopies++;
+        memcpy(dst, src, n);
+    }
+}
+
+/* a region of rank q's slot about to be folded, checked where it lies */
+static inline int check_src(uc_shm *e, int q, uint64_t g, int region, const void *src, size_t n) {
+    if (!e->checksum || !n || uc_crc32c(0, src, n) == crc_of(e, q, g)[region])
+        return UC_SHM_OK;
+    e->crc_failures++;
+    return corrupt(e, q, g, region, "a region");
+}
+
+#define CHECKED(call)                                                                                  \
+    do {                                                                                               \
+        int rc_ = (call);                                                                              \
+        if (rc_)                                                                                       \
+            return rc_;                                                                                \
+    } while (0)
+
 /* Part q of a chunk of m elements: cache-line aligned, near equal. */
 static inline void part(size_t m, int n, int q, size_t isz, size_t *lo, size_t *hi) {
     size_t align = isz >= 64 ? 1 : 64 / isz;
@@ -760,6 +834,13 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
     part(m, e->size, e->rank, isz, &lo, &hi);
     memcpy(s, src, lo * isz);
     memcpy(s + hi * isz, src + hi * isz, (m - hi) * isz);
+    if (e->checksum)
+        for (int q = 0; q < e->size; q++) {
+            size_t a, b;
+            part(m, e->size, q, isz, &a, &b);
+            if (q != e->rank)
+                seal(e, g, q, s + a * isz, (b - a) * isz);
+        }
     sig(e, OFF_READY, g + 1);
     return UC_SHM_OK;
 }
@@ -768,6 +849,7 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
 static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
     WAIT_SLOT(e, g);
     memcpy(slot(e, e->rank, g), src, nbytes);
+    seal(e, g, WHOLE(e), slot(e, e->rank, g), nbytes);
     sig(e, OFF_READY, g + 1);
     return UC_SHM_OK;
 }
@@ -783,8 +865,11 @@ static int reduce_small(uc_shm *e, const void *send, void *recv, size_t count, s
         return rc;
     if (root < 0 || root == e->rank) {
         WAIT(e, OFF_READY, g + 1, -1);
-        for (int q = 0; q < e->size; q++)
+        for (int q = 0; q < e->size; q++) {
             e->src[q] = slot(e, q, g);
+            if (q != e->rank)
+                CHECKED(check_src(e, q, g, WHOLE(e), e->src[q], count * isz));
+        }
         if ((rc = fold(e, recv, e->src, count, dtype, op)))
             return rc;
     }
@@ -817,11 +902,15 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
         WAIT(e, OFF_READY, g + 1, -1);
         part(m, n, me, isz, &lo, &hi);
         if (hi > lo) {
-            for (int q = 0; q < n; q++)
+            for (int q = 0; q < n; q++) {
                 e->src[q] = q == me ? (const void *)(send + (off + lo) * isz) : (const void *)(slot(e, q, g) + lo * isz);
+                if (q != me)
+                    CHECKED(check_src(e, q, g, me, e->src[q], (hi - lo) * isz));
+            }
             if ((rc = fold(e, slot(e, me, g) + lo * isz, e->src, hi - lo, dtype, op)))
                 return rc;
         }
+        seal(e, g, me, slot(e, me, g) + lo * isz, (hi - lo) * isz); /* my reduced part, read by all in C */
         sig(e, OFF_REDUCED, g + 1);
         if (!gather)
             sig(e, OFF_CONSUMED, g + 1);
@@ -837,7 +926,7 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
             for (int q = 0; q < n; q++) {
                 part(m, n, q, isz, &lo, &hi);
                 if (hi > lo)
-                    copy_out(e, recv + (off + lo) * isz, slot(e, q, g) + lo * isz, (hi - lo) * isz, nt);
+                    CHECKED(take(e, q, g, q, recv + (off + lo) * isz, slot(e, q, g) + lo * isz, (hi - lo) * isz, nt));
             }
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -998,17 +1087,22 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
             WAIT_SLOT(e, g);
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
-                if (q != me || inplace)
+                if (q != me || inplace) {
                     memcpy(s + (size_t)q * mb * isz, send + ((size_t)q * count + off) * isz, m * isz);
+                    seal(e, g, q, s + (size_t)q * mb * isz, m * isz);
+                }
             sig(e, OFF_READY, g + 1);
         }
         if (k >= 1) { /* B(k-1): fold my block */
             uint64_t g = g0 + k - 1;
             size_t off = (k - 1) * mb, m = count - off < mb ? count - off : mb;
             WAIT(e, OFF_READY, g + 1, -1);
-            for (int q = 0; q < n; q++)
+            for (int q = 0; q < n; q++) {
                 e->src[q] = q == me && !inplace ? (const void *)(send + ((size_t)me * count + off) * isz)
                                                 : (const void *)(slot(e, q, g) + (size_t)me * mb * isz);
+                if (q != me)
+                    CHECKED(check_src(e, q, g, me, e->src[q], m * isz));
+            }
             rc = fold(e, recv + off * isz, e->src, m, dtype, op);
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -1058,7 +1152,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
                 return rc;
         } else {
             WAIT(e, OFF_READY, g + 1, root);
-            copy_out(e, buf + off, slot(e, root, g), m, nt);
+            CHECKED(take(e, root, g, WHOLE(e), buf + off, slot(e, root, g), m, nt));
         }
         sig(e, OFF_CONSUMED, g + 1);
     }
@@ -1120,7 +1214,7 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         for (int j = 1; j < n; j++) {
             int q = (me + j) % n;
             WAIT(e, OFF_READY, g + 1, q);
-            copy_out(e, recv + (size_t)q * bb + off, slot(e, q, g), m, nt);
+            CHECKED(take(e, q, g, WHOLE(e), recv + (size_t)q * bb + off, slot(e, q, g), m, nt));
         }
         sig(e, OFF_CONSUMED, g + 1);
     }
@@ -1168,8 +1262,10 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
             WAIT_SLOT(e, g);
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
-                if (q != me)
+                if (q != me) {
                     memcpy(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    seal(e, g, q, s + (size_t)q * mb, m);
+                }
             sig(e, OFF_READY, g + 1);
         }
         if (k >= 1) {
@@ -1178,7 +1274,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
             for (int j = 1; j < n; j++) {
                 int q = (me + j) % n;
                 WAIT(e, OFF_READY, g + 1, q);
-                copy_out(e, recv + (size_t)q * bb + off, slot(e, q, g) + (size_t)me * mb, m, nt);
+                CHECKED(take(e, q, g, me, recv + (size_t)q * bb + off, slot(e, q, g) + (size_t)me * mb, m, nt));
             }
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -1235,7 +1331,7 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
             for (int j = 1; j < n; j++) {
                 int q = (me + j) % n;
                 WAIT(e, OFF_READY, g + 1, q);
-                copy_out(e, recv + (size_t)q * bb + off, slot(e, q, g), m, nt);
+                CHECKED(take(e, q, g, WHOLE(e), recv + (size_t)q * bb + off, slot(e, q, g), m, nt));
             }
         } else if ((rc = stage(e, g, send + off, m))) {
             return rc;
@@ -1291,12 +1387,14 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
             WAIT_SLOT(e, g);
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
-                if (q != me)
+                if (q != me) {
                     memcpy(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    seal(e, g, q, s + (size_t)q * mb, m);
+                }
             sig(e, OFF_READY, g + 1);
         } else {
             WAIT(e, OFF_READY, g + 1, root);
-            copy_out(e, recv + off, slot(e, root, g) + (size_t)me * mb, m, nt);
+            CHECKED(take(e, root, g, me, recv + off, slot(e, root, g) + (size_t)me * mb, m, nt));
         }
         sig(e, OFF_CONSUMED, g + 1);
     }
@@ -1456,8 +1554,9 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
 
     size_t ctrl_bytes = ((size_t)size * sizeof(uc_ctrl) + PAGE - 1) / PAGE * PAGE;
     int fd;
+    size_t crc_bytes = (((size_t)size * 2 * (size_t)(size + 1) * 4) + PAGE - 1) / PAGE * PAGE;
     if (create) {
-        size_t total = PAGE + ctrl_bytes + (size_t)size * 2 * slot_bytes;
+        size_t total = PAGE + ctrl_bytes + (size_t)size * 2 * slot_bytes + (t.checksum ? crc_bytes : 0);
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0) {
             set_err(err, UC_SHM_ESYS, op, "shm_open(%s, O_CREAT|O_EXCL) failed: %s", name, strerror(errno));
@@ -1532,6 +1631,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         if (h->small_bytes > slot_bytes)
             h->small_bytes = slot_bytes;
         h->creator_pid = getpid();
+        h->checksum = t.checksum ? 1 : 0;
+        h->flip_ppm = t.checksum ? t.flip_ppm : 0;
         atomic_store_explicit(&h->magic, UC_SHM_MAGIC, memory_order_release);
     } else {
         uint64_t t0 = now_ns();
@@ -1557,7 +1658,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
             goto fail_unmap;
         }
         if (h->ctrl_bytes != ctrl_bytes || h->total_bytes != e->map_bytes ||
-            h->total_bytes != PAGE + ctrl_bytes + (size_t)size * 2 * h->slot_bytes) {
+            h->total_bytes != PAGE + ctrl_bytes + (size_t)size * 2 * h->slot_bytes + (h->checksum ? crc_bytes : 0)) {
             set_err(err, UC_SHM_EINVAL, op, "segment %s has an inconsistent layout", name);
             goto fail_unmap;
         }
@@ -1568,6 +1669,10 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->nt_min_bytes = h->nt_min_bytes;
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->slots = e->base + PAGE + ctrl_bytes;
+    e->checksum = (int)h->checksum;
+    e->flip_ppm = h->flip_ppm;
+    e->rng = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)rank + 1) * 0x100000001B3ULL;
+    e->crcs = e->checksum ? (uint32_t *)(e->slots + (size_t)size * 2 * e->slot_bytes) : NULL;
     int over = size > cpu_count();
     e->spin_ns = t.spin_ns ? t.spin_ns : over ? 2000 : 20000;
     e->yield_ns = t.yield_ns ? t.yield_ns : over ? 200000 : 1000000;
@@ -1668,4 +1773,10 @@ int uc_shm_set_timeout(uc_shm *e, double timeout) {
         return UC_SHM_EINVAL;
     e->timeout_ns = (uint64_t)(timeout * 1e9);
     return UC_SHM_OK;
+}
+
+void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies) {
+    *on = e->checksum;
+    *failures = e->crc_failures;
+    *recopies = e->recopies;
 }

@@ -46,6 +46,7 @@ enum {
     UC_SHM_EBUSY,    /* another thread is inside a call on this engine (engine still usable) */
     UC_SHM_EINTR,    /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
     UC_SHM_EABORTED, /* uc_shm_abort was called on this rank (maybe from another thread) */
+    UC_SHM_ECORRUPT, /* data from remote_rank failed its checksum (checksums on) */
 };
 
 /* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
@@ -73,6 +74,8 @@ typedef struct {
                                     per rank's part ((size_t)-1: never) */
     uint64_t spin_ns;     /* busy-wait this long before yielding */
     uint64_t yield_ns;    /* then sched_yield until this long, then sleep on a futex */
+    int checksum;         /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */
+    uint32_t flip_ppm;    /* creator, with checksum: flip a bit in this many per million copies (tests) */
 } uc_shm_tuning;
 
 /* Create (create != 0: O_CREAT|O_EXCL, mode 0600) or attach to segment `name`
@@ -112,6 +115,9 @@ int uc_shm_fail(uc_shm *e, const char *op, const char *message);
 /* From any thread: peers fail at once ("rank r failed: <why>"), and a call waiting on
  * this engine returns UC_SHM_EABORTED within about 50 ms.  The engine stays unusable. */
 void uc_shm_abort(uc_shm *e, const char *why);
+
+/* Checksums: on?, regions that failed their check, copies made again. */
+void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies);
 
 /* Seconds each later call may wait (0: forever; dead peers are still detected). */
 int uc_shm_set_timeout(uc_shm *e, double timeout);

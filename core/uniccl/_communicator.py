@@ -151,11 +151,11 @@ class Communicator:
         self._hdrs = np.zeros((self.size, HEADER_WORDS), np.int64)
         self._hdr_view = memoryview(self._hdr)  # element writes without numpy's per-call overhead
         single_host = self.local_size == self.size
+        self._faults = _faults.from_env(self.rank)  # UNICCL_FAULT_INJECT (tests): None, and free, otherwise
         self._engine, shm_reason = _shm_attach(self, single_host)
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
         self._name = name
         self._flight = FlightRecorder(name, self.rank, self.size)
-        self._faults = _faults.from_env(self.rank)  # UNICCL_FAULT_INJECT (tests): None, and free, otherwise
         self._in_data = False  # the running call is past its agreement
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
@@ -337,6 +337,8 @@ class Communicator:
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None:
             out.update(mesh.stats)
+        if self._engine is not None and not self._engine.closed:
+            out.update(self._engine.integrity)
         return out
 
     # ----------------------------------------------------------------- plumbing

@@ -4,6 +4,8 @@
 
 - ``flip=P``: a received TCP message has one random bit flipped with probability P (before
   its checksum is verified: the receiver asks for it again);
+- ``shm_flip=P``: with UNICCL_SHM_CHECKSUM=1, a copy out of a peer's shared-memory slot has
+  one bit flipped with probability P (the engine checks it and copies again);
 - ``drop=P``: a received TCP message is thrown away with probability P (as if lost: asked
   for again);
 - ``delay=P:S``: a received TCP message is held S seconds with probability P;
@@ -21,13 +23,15 @@ from ._errors import InvalidArgument
 
 class Faults:
     def __init__(self, spec: str, rank: int):
-        self.flip = self.drop = self.delay_p = self.delay_s = 0.0
+        self.flip = self.shm_flip = self.drop = self.delay_p = self.delay_s = 0.0
         self.kill_at, self.kill_rank, seed = -1, -1, 0
         for item in filter(None, (x.strip() for x in spec.split(","))):
             key, _, value = item.partition("=")
             try:
                 if key == "flip":
                     self.flip = float(value)
+                elif key == "shm_flip":
+                    self.shm_flip = float(value)
                 elif key == "drop":
                     self.drop = float(value)
                 elif key == "delay":

@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import socket
+import threading
 import time
 
 DEFAULT_CAPACITY = 2048
@@ -115,11 +116,17 @@ class FlightRecorder:
         directory = directory or os.environ.get("UNICCL_DUMP_DIR")
         if not directory:
             return None
-        os.makedirs(directory, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)
         path = os.path.join(directory, f"uniccl-flight-{safe}-r{self.rank}.json")
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.snapshot(reason, error), f, indent=1, default=str)
-        os.replace(tmp, path)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # two threads may dump at once
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(self.snapshot(reason, error), f, indent=1, default=str)
+            os.replace(tmp, path)
+        except OSError as exc:  # a dump must never replace the error it documents
+            from ._log import logger
+
+            logger.warning("rank %d: could not write the flight recorder to %s: %s", self.rank, path, exc)
+            return None
         return path

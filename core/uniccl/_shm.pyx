@@ -56,6 +56,7 @@ cdef extern from "shm_engine.h" nogil:
         UC_SHM_EBUSY
         UC_SHM_EINTR
         UC_SHM_EABORTED
+        UC_SHM_ECORRUPT
     ctypedef int (*uc_shm_interrupt_fn)(void *ctx) noexcept
     ctypedef struct uc_shm_error:
         int code
@@ -73,6 +74,8 @@ cdef extern from "shm_engine.h" nogil:
         size_t cma_reduce_min_bytes
         uint64_t spin_ns
         uint64_t yield_ns
+        int checksum
+        uint32_t flip_ppm
 
     uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
                         uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
@@ -86,6 +89,7 @@ cdef extern from "shm_engine.h" nogil:
     void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
     int uc_shm_fail(uc_shm *e, const char *op, const char *message)
     void uc_shm_abort(uc_shm *e, const char *why)
+    void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies)
     int uc_shm_set_timeout(uc_shm *e, double timeout)
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
@@ -213,7 +217,7 @@ cdef class ShmEngine:
 
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
                  small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
-                 spin_ns=None, yield_ns=None):
+                 spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0):
         cdef uc_shm_error err
         cdef uc_shm_tuning tuning
         cdef uintptr_t fn
@@ -249,6 +253,10 @@ cdef class ShmEngine:
             values["cma_reduce_min_bytes"]
         tuning.spin_ns = values["spin_ns"]
         tuning.yield_ns = values["yield_ns"]
+        tuning.checksum = 1 if checksum else 0  # the creator's choice holds for every rank
+        if not _is_int(flip_ppm) or not 0 <= flip_ppm <= 1000000:
+            raise InvalidArgument(f"must be an int in [0, 1000000], got {flip_ppm!r}", op="open", argument="flip_ppm")
+        tuning.flip_ppm = flip_ppm
         allowed = _cma_env_allowed() if cma is None else bool(cma)
         bname = name.encode()
         cdef const char *cname = bname
@@ -305,6 +313,15 @@ cdef class ShmEngine:
             raise InvalidArgument(f"must be a number of seconds >= 0, got {timeout!r}", op="set_timeout",
                                   argument="timeout")
         uc_shm_set_timeout(self._live("set_timeout"), timeout)
+
+    @property
+    def integrity(self) -> dict:
+        """Checksums (see UNICCL_SHM_CHECKSUM): on, regions that failed the check, copies made again."""
+        cdef int on = 0
+        cdef uint64_t failures = 0, recopies = 0
+        if self._e != NULL:
+            uc_shm_integrity(self._e, &on, &failures, &recopies)
+        return {"shm_checksums": bool(on), "shm_checksum_failures": failures, "shm_recopies": recopies}
 
     @property
     def closed(self) -> bool:
@@ -526,6 +543,8 @@ cdef int _raise_error(const uc_shm_error *err, int rank) except -1:
     if code == UC_SHM_ETIMEOUT:
         missing = [err.missing[i] for i in range(err.nmissing)] if err.missing != NULL else []
         raise Timeout(msg, op=op, rank=rank, missing_ranks=missing)
+    if code == UC_SHM_ECORRUPT:
+        raise InternalError(msg, op=op, rank=rank, remote_rank=err.remote_rank, corrupt=True)
     if code == UC_SHM_EABORTED:
         raise InvalidUsage(msg, op=op, rank=rank, aborted=True)
     if code == UC_SHM_ESYS:

@@ -39,11 +39,15 @@ def shm_attach(comm, single_host: bool):
         return None, reason
     slot = int(os.environ.get("UNICCL_SHM_SLOT_BYTES", DEFAULT_SLOT_BYTES))
     timeout = comm.timeout
+    # checksums on every region read from a peer's slot: opt-in (their cost: docs/reliability.md);
+    # UNICCL_FAULT_INJECT's shm_flip then damages that share of the copies, which are made again
+    checksum = os.environ.get("UNICCL_SHM_CHECKSUM", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    flip_ppm = int(round(comm._faults.shm_flip * 1e6)) if checksum and comm._faults is not None else 0
     name = f"/uniccl-{os.getpid()}-{secrets.token_hex(6)}" if comm.rank == 0 else None
     if comm.rank == 0:
         sweep_orphans()
         try:
-            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout)
+            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout, checksum=checksum, flip_ppm=flip_ppm)
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
     name = t.bcast_obj(name, root=0)
