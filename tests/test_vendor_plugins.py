@@ -32,35 +32,28 @@ def test_iluvatar_unavailable_says_where_it_looked(monkeypatch, tmp_path):
     assert "/usr/local/corex/lib64" in rec.reason
 
 
-@pytest.mark.skipif("metax" not in INSTALLED, reason="uniccl-metax is not installed")
-def test_metax_unavailable_says_where_it_looked(monkeypatch, tmp_path):
-    rec = _record("metax", monkeypatch, MACA_PATH=str(tmp_path))
-    if Path("/opt/maca").exists():
-        pytest.skip("a MACA SDK is installed here")
-    assert rec.state == "unavailable"
-    assert rec.reason == ("libmcruntime.so not found (searched: $MACA_PATH/lib, $MACA_PATH/lib64, "
-                          "/opt/maca/lib, /opt/maca/lib64)")
+# plugin, its home variable (set to an empty folder, or None: unset), the SDK's default place,
+# and the exact reason it must give
+WHERE_IT_LOOKED = [
+    ("metax", "MACA_PATH", "/opt/maca",
+     "libmcruntime.so not found (searched: $MACA_PATH/lib, $MACA_PATH/lib64, /opt/maca/lib, /opt/maca/lib64)"),
+    ("moore", None, "/usr/local/musa",
+     "libmusart.so not found (searched: $MUSA_HOME/lib (unset), $MUSA_HOME/lib64 (unset), /usr/local/musa/lib, "
+     "/usr/local/musa/lib64)"),
+    ("cambricon", "NEUWARE_HOME", "/usr/local/neuware",
+     "libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, /usr/local/neuware/lib64)"),
+]
 
 
-@pytest.mark.skipif("moore" not in INSTALLED, reason="uniccl-moore is not installed")
-def test_moore_unavailable_says_where_it_looked(monkeypatch, tmp_path):
-    rec = _record("moore", monkeypatch)
-    if Path("/usr/local/musa").exists():
-        pytest.skip("a MUSA SDK is installed here")
-    assert rec.state == "unavailable"
-    assert rec.reason == ("libmusart.so not found (searched: $MUSA_HOME/lib (unset), $MUSA_HOME/lib64 (unset), "
-                          "/usr/local/musa/lib, /usr/local/musa/lib64)")
-
-
-@pytest.mark.skipif("cambricon" not in INSTALLED, reason="uniccl-cambricon is not installed")
-def test_cambricon_unavailable_says_where_it_looked(monkeypatch, tmp_path):
-    rec = _record("cambricon", monkeypatch, NEUWARE_HOME=str(tmp_path))
-    if Path("/usr/local/neuware").exists():
-        pytest.skip("a Neuware SDK is installed here")
-    assert rec.state == "unavailable"
-    assert rec.reason == ("libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, "
-                          "/usr/local/neuware/lib64)")
-    assert rec.probe["kernels"].startswith("none: ")  # no cncc here: the BUILD_INFO line says so
+@pytest.mark.parametrize("name,home,sdk,reason", WHERE_IT_LOOKED)
+def test_unavailable_says_where_it_looked(name, home, sdk, reason, monkeypatch, tmp_path):
+    if name not in INSTALLED:
+        pytest.skip(f"uniccl-{name} is not installed")
+    rec = _record(name, monkeypatch, **({home: str(tmp_path)} if home else {}))
+    if Path(sdk).exists():
+        pytest.skip(f"an SDK is installed at {sdk}")
+    assert rec.state == "unavailable" and rec.reason == reason
+    assert rec.probe["kernels"].startswith("none: ")  # no vendor compiler here: BUILD_INFO says so
 
 
 @pytest.mark.skipif("nvidia" not in INSTALLED, reason="uniccl-nvidia is not installed")
@@ -88,17 +81,6 @@ def test_cpu_stays_the_platform(monkeypatch):
     if usable:
         pytest.skip(f"an accelerator platform is usable here: {usable}")
     assert data["chosen"]["platform"] == "cpu"
-
-
-@pytest.mark.skipif("cambricon" not in INSTALLED, reason="uniccl-cambricon is not installed")
-def test_cambricon_unavailable_says_where_it_looked(monkeypatch, tmp_path):
-    rec = _record("cambricon", monkeypatch, NEUWARE_HOME=str(tmp_path))
-    if Path("/usr/local/neuware").exists():
-        pytest.skip("a Neuware SDK is installed here")
-    assert rec.state == "unavailable"
-    assert rec.reason == ("libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, "
-                          "/usr/local/neuware/lib64)")
-    assert rec.probe["kernels"].startswith("none: ")  # no cncc here: the BUILD_INFO line says so
 
 
 @pytest.mark.skipif("nvidia" not in INSTALLED, reason="uniccl-nvidia is not installed")

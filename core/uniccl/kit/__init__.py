@@ -14,7 +14,8 @@ from ._ccl import NCCL_STATUS, CclLibrary, CclSpec
 from ._cudalike import CUDA_STATUS, CudaLikeRuntime, CudaLikeSpec
 from ._dl import LibrarySearch, find_library, load_library
 from ._plugin import DevicePlugin
+from ._runtime import DeviceRuntime
 from ._status import check_status, renamed
 
-__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "DevicePlugin", "CudaLikeRuntime",
+__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "DevicePlugin", "DeviceRuntime", "CudaLikeRuntime",
            "CudaLikeSpec", "LibrarySearch", "check_status", "find_library", "load_library", "renamed"]

@@ -11,7 +11,8 @@ import ctypes
 from ctypes import POINTER, byref, c_float, c_int, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass, field
 
-from ._dl import BoundLibrary, LibrarySearch
+from ._dl import LibrarySearch
+from ._runtime import DeviceRuntime
 from ._status import check_status
 
 # The CUDA runtime's values; other vendors override what differs.
@@ -35,7 +36,7 @@ class CudaLikeSpec:
     prefix: str                    # "cuda"
     search: LibrarySearch          # where the runtime library is
     statuses: dict = field(default_factory=lambda: dict(CUDA_STATUS))
-    not_ready: int = 600           # "work pending" from Query calls
+    not_ready: tuple = (600,)      # "work pending" from Query calls
     not_supported: int = 801
     no_device: tuple = (100, 35)   # statuses of GetDeviceCount that mean "no usable device"
     memcpy_kinds: tuple = (0, 1, 2, 3, 4)  # vendor values of H2H, H2D, D2H, D2D, Default
@@ -48,11 +49,10 @@ class CudaLikeSpec:
         return CudaLikeRuntime.load(self)
 
 
-class CudaLikeRuntime(BoundLibrary):
+class CudaLikeRuntime(DeviceRuntime):
     """The runtime library, bound.  Every call checks its status; ``load`` returns
     (runtime or None, reason) and never raises for a missing library."""
 
-    KIND = "runtime"
     NAME_FN = "GetErrorName"
     REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "MemcpyAsync", "StreamCreate",
                 "StreamSynchronize", "EventCreate", "EventRecord")
@@ -77,20 +77,6 @@ class CudaLikeRuntime(BoundLibrary):
         }
 
     # ------------------------------------------------------------------ calls
-    def call(self, name: str, *args, op: str | None = None) -> None:
-        fn = self._fns.get(name)
-        if fn is None:
-            from .._errors import VendorError
-
-            raise VendorError(f"{self.spec.prefix}{name} is not exported by {self.path}", op=op,
-                              call=self.spec.prefix + name, code=-1, status_name="missing symbol")
-        check_status(fn(*args), self.spec.prefix + name, self.spec.vendor, self.spec.statuses,
-                     name_of=self.name_of, op=op)
-
-    def status(self, name: str, *args) -> int:
-        """Raw status (for Query calls where "not ready" is an answer, not an error)."""
-        return self._fns[name](*args)
-
     def device_count(self) -> tuple[int, int]:
         """(count, status): a status in ``spec.no_device`` means no usable device."""
         n = c_int(0)
@@ -110,63 +96,12 @@ class CudaLikeRuntime(BoundLibrary):
             total = c_size_t.from_buffer(buf, self.spec.props_total_offset).value
         return {"index": device, "name": name, "total_memory": total}
 
-    def set_device(self, device: int, op: str | None = None) -> None:
-        self.call("SetDevice", device, op=op)
-
-    def malloc(self, nbytes: int, op: str | None = None) -> int:
-        p = c_void_p()
-        self.call("Malloc", byref(p), max(1, nbytes), op=op)
-        return p.value
-
-    def free(self, ptr: int, op: str | None = None) -> None:
-        self.call("Free", c_void_p(ptr), op=op)
-
-    def malloc_host(self, nbytes: int, op: str | None = None) -> int:
-        p = c_void_p()
-        self.call("MallocHost", byref(p), max(1, nbytes), op=op)
-        return p.value
-
-    def free_host(self, ptr: int, op: str | None = None) -> None:
-        self.call("FreeHost", c_void_p(ptr), op=op)
-
     def memcpy(self, dst: int, src: int, nbytes: int, kind: int, stream=None, op: str | None = None) -> None:
         vkind = self.spec.memcpy_kinds[kind]
         if stream is None:
             self.call("Memcpy", c_void_p(dst), c_void_p(src), nbytes, vkind, op=op)
         else:
             self.call("MemcpyAsync", c_void_p(dst), c_void_p(src), nbytes, vkind, c_void_p(stream), op=op)
-
-    def stream_create(self) -> int:
-        s = c_void_p()
-        self.call("StreamCreate", byref(s))
-        return s.value or 0
-
-    def stream_destroy(self, stream: int) -> None:
-        self.call("StreamDestroy", c_void_p(stream))
-
-    def stream_synchronize(self, stream, op: str | None = None) -> None:
-        self.call("StreamSynchronize", c_void_p(stream or 0), op=op)
-
-    def event_create(self) -> int:
-        e = c_void_p()
-        self.call("EventCreate", byref(e))
-        return e.value
-
-    def event_destroy(self, event: int) -> None:
-        self.call("EventDestroy", c_void_p(event))
-
-    def event_record(self, event: int, stream) -> None:
-        self.call("EventRecord", c_void_p(event), c_void_p(stream or 0))
-
-    def event_query(self, event: int) -> bool:
-        st = self.status("EventQuery", c_void_p(event))
-        if st == self.spec.not_ready:
-            return False
-        check_status(st, self.spec.prefix + "EventQuery", self.spec.vendor, self.spec.statuses, name_of=self.name_of)
-        return True
-
-    def event_synchronize(self, event: int) -> None:
-        self.call("EventSynchronize", c_void_p(event))
 
     def elapsed_ms(self, start: int, end: int) -> float:
         ms = c_float()

@@ -1,5 +1,5 @@
-"""CNRT (Cambricon's runtime, libcnrt) bound with ctypes, in the shape the kit's
-DevicePlugin expects of a runtime (the methods of kit.CudaLikeRuntime).
+"""CNRT (Cambricon's runtime, libcnrt) bound with ctypes over the kit's DeviceRuntime (checked
+calls, memory, queues and notifiers by symbol name), in the shape DevicePlugin expects.
 
 CNRT 6.x differs from the CUDA-like runtimes in more than a prefix: queues and
 notifiers instead of streams and events, ``cnrtGetDeviceCount(unsigned *)``, copies
@@ -14,8 +14,7 @@ import ctypes
 from ctypes import POINTER, byref, c_float, c_int, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass, field
 
-from uniccl.kit import LibrarySearch, check_status
-from uniccl.kit._dl import BoundLibrary
+from uniccl.kit import DeviceRuntime, LibrarySearch
 
 # cnrtRet_t (CNRT 6.x)
 CNRT_STATUS = {
@@ -54,9 +53,13 @@ class CnrtSpec:
         return CnrtRuntime.load(self)
 
 
-class CnrtRuntime(BoundLibrary):
-    KIND = "runtime"
+class CnrtRuntime(DeviceRuntime):
     NAME_FN = "GetErrorName"
+    SYMBOLS = {**DeviceRuntime.SYMBOLS, "malloc_host": "HostMalloc", "stream_create": "QueueCreate",
+               "stream_destroy": "QueueDestroy", "stream_synchronize": "QueueSync",
+               "event_create": "NotifierCreate", "event_destroy": "NotifierDestroy",
+               "event_record": "PlaceNotifier", "event_query": "QueryNotifier",
+               "event_synchronize": "WaitNotifier"}  # notifier first: PlaceNotifier(n, q) as EventRecord(e, s)
     REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "Memcpy", "QueueCreate", "QueueSync",
                 "NotifierCreate", "PlaceNotifier")
     # the async copy: the newest name this libcnrt exports (all three take the same arguments;
@@ -89,26 +92,6 @@ class CnrtRuntime(BoundLibrary):
         if self.async_copy is None:
             raise OSError(f"{path} lacks cnrtMemcpyAsync (and its _V2, _V3)")
 
-    # ------------------------------------------------------------------ calls
-    def call(self, name: str, *args, op: str | None = None) -> None:
-        fn = self._fns.get(name)
-        if fn is None:
-            from uniccl import VendorError
-
-            raise VendorError(f"cnrt{name} is not exported by {self.path}", op=op, call="cnrt" + name, code=-1,
-                              status_name="missing symbol")
-        check_status(fn(*args), "cnrt" + name, self.spec.vendor, self.spec.statuses, name_of=self.name_of, op=op)
-
-    def status(self, name: str, *args) -> int:
-        return self._fns[name](*args)
-
-    def _query(self, name: str, handle: int) -> bool:
-        st = self.status(name, c_void_p(handle))
-        if st in self.spec.not_ready:
-            return False
-        check_status(st, "cnrt" + name, self.spec.vendor, self.spec.statuses, name_of=self.name_of)
-        return True
-
     # ---------------------------------------------------------------- devices
     def device_count(self) -> tuple[int, int]:
         n = c_uint(0)
@@ -131,26 +114,7 @@ class CnrtRuntime(BoundLibrary):
             total = mb.value << 20
         return {"index": device, "name": name, "total_memory": total}
 
-    def set_device(self, device: int, op: str | None = None) -> None:
-        self.call("SetDevice", device, op=op)
-
     # ----------------------------------------------------------------- memory
-    def malloc(self, nbytes: int, op: str | None = None) -> int:
-        p = c_void_p()
-        self.call("Malloc", byref(p), max(1, nbytes), op=op)
-        return p.value
-
-    def free(self, ptr: int, op: str | None = None) -> None:
-        self.call("Free", c_void_p(ptr), op=op)
-
-    def malloc_host(self, nbytes: int, op: str | None = None) -> int:
-        p = c_void_p()
-        self.call("HostMalloc", byref(p), max(1, nbytes), op=op)
-        return p.value
-
-    def free_host(self, ptr: int, op: str | None = None) -> None:
-        self.call("FreeHost", c_void_p(ptr), op=op)
-
     def memcpy(self, dst: int, src: int, nbytes: int, kind: int, stream=None, op: str | None = None) -> None:
         direction = self.spec.memcpy_kinds[kind]
         if stream is None:
@@ -168,37 +132,9 @@ class CnrtRuntime(BoundLibrary):
         return attrs.device if attrs.type == self.spec.memory_type_device else None
 
     # ----------------------------------------------------- queues, notifiers
-    def stream_create(self) -> int:
-        q = c_void_p()
-        self.call("QueueCreate", byref(q))
-        return q.value or 0
-
-    def stream_destroy(self, stream: int) -> None:
-        self.call("QueueDestroy", c_void_p(stream))
-
-    def stream_synchronize(self, stream, op: str | None = None) -> None:
-        self.call("QueueSync", c_void_p(stream or 0), op=op)
-
     def stream_wait_event(self, stream, event: int) -> bool:
         self.call("QueueWaitNotifier", c_void_p(event), c_void_p(stream or 0), 0)
         return True
-
-    def event_create(self) -> int:
-        n = c_void_p()
-        self.call("NotifierCreate", byref(n))
-        return n.value
-
-    def event_destroy(self, event: int) -> None:
-        self.call("NotifierDestroy", c_void_p(event))
-
-    def event_record(self, event: int, stream) -> None:
-        self.call("PlaceNotifier", c_void_p(event), c_void_p(stream or 0))
-
-    def event_query(self, event: int) -> bool:
-        return self._query("QueryNotifier", event)
-
-    def event_synchronize(self, event: int) -> None:
-        self.call("WaitNotifier", c_void_p(event))
 
     def elapsed_ms(self, start: int, end: int) -> float:
         ms = c_float()
