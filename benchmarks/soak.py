@@ -113,7 +113,7 @@ def main() -> int:
         if not ok:
             wrong += 1
             print(f"rank {r}: call {i} {coll} {np.dtype(dt).name} n={n} op={opname} root={root}: WRONG", flush=True)
-        if i == 200:
+        if i == max(200, CALLS // 2):  # after warm-up: caches, pools and TCP's kept-copy ring have filled
             base = (rss_kib(), fds(), shm())
         if r == 0 and (i + 1) % 1000 == 0:
             print(f"{i + 1} calls, {time.time() - t0:.0f} s, rss {rss_kib()} KiB, fds {fds()}, /dev/shm {shm()}",
@@ -121,12 +121,13 @@ def main() -> int:
     end = (rss_kib(), fds(), shm())
     grew = base is not None and (end[0] > base[0] * 1.10 + 8192 or end[1] > base[1] or end[2] > base[2])
     wrong_all = comm._t.allgather_obj(wrong)
+    grew_all = comm._t.allgather_obj((grew, base, end))
     if r == 0:
         print(f"soak: {CALLS} calls on {p} ranks in {time.time() - t0:.0f} s; wrong results {sum(wrong_all)}; "
-              f"rss {base[0] if base else '?'} -> {end[0]} KiB, fds {base[1] if base else '?'} -> {end[1]}, "
-              f"/dev/shm {base[2] if base else '?'} -> {end[2]}", flush=True)
+              + "; ".join(f"rank {q}: rss {b[0]} -> {e[0]} KiB, fds {b[1]} -> {e[1]}, /dev/shm {b[2]} -> {e[2]}"
+                          + (" GREW" if g else "") for q, (g, b, e) in enumerate(grew_all)), flush=True)
     comm.destroy()
-    return 1 if sum(wrong_all) or grew else 0
+    return 1 if sum(wrong_all) or any(g for g, _, _ in grew_all) else 0
 
 
 if __name__ == "__main__":

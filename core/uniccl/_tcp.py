@@ -726,12 +726,16 @@ class _Kept:
         self._lock = threading.Lock()
         self._index = [collections.OrderedDict() for _ in range(size)]  # msg id -> [ctx, tag, crc, start, n]
         self._small = [collections.OrderedDict() for _ in range(size)]  # msg id -> (ctx, tag, crc, bytes)
+        self._small_bytes = [0] * size
 
     def keep_small(self, peer, msg_id, record) -> None:
-        small = self._small[peer]  # the peer's send lock is held: no other writer
+        """Keep a small message's bytes object itself: the newest 1024 per peer, within 1/16 of the
+        budget (the peer's send lock is held: no other writer)."""
+        small = self._small[peer]
         small[msg_id] = record
-        if len(small) > 1024:
-            small.popitem(last=False)
+        self._small_bytes[peer] += len(record[3])
+        while len(small) > 1024 or (self._small_bytes[peer] > self.budget // 16 and len(small) > 1):
+            self._small_bytes[peer] -= len(small.popitem(last=False)[1][3])
 
     def keep(self, peer, msg_id, ctx, tag, ptr, nbytes, data):
         """Copy the payload into the ring: (view of the copy, its CRC); (None, 0) when it is too
