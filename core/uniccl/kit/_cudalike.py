@@ -54,6 +54,7 @@ class CudaLikeRuntime(DeviceRuntime):
     (runtime or None, reason) and never raises for a missing library."""
 
     NAME_FN = "GetErrorName"
+    POINTER_ATTRIBUTES = _PointerAttributes
     REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "MemcpyAsync", "StreamCreate",
                 "StreamSynchronize", "EventCreate", "EventRecord")
 
@@ -121,13 +122,5 @@ class CudaLikeRuntime(DeviceRuntime):
                      name_of=self.name_of)
         return True
 
-    def pointer_device(self, ptr: int) -> int | None:
-        """The device owning ``ptr`` according to the runtime, or None when not device memory."""
-        fn = self._fns.get("PointerGetAttributes")
-        if fn is None:
-            return None
-        attrs = _PointerAttributes()
-        if fn(byref(attrs), c_void_p(ptr)) != 0:
-            self._fns["GetDeviceCount"](byref(c_int()))  # clears the sticky "last error" of old runtimes
-            return None
-        return attrs.device if attrs.type == self.spec.memory_type_device else None
+    def _after_failed_query(self) -> None:
+        self._fns["GetDeviceCount"](byref(c_int()))  # clears the sticky "last error" of old runtimes

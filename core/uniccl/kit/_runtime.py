@@ -85,3 +85,19 @@ class DeviceRuntime(BoundLibrary):
 
     def event_synchronize(self, event: int) -> None:
         self.call(self.SYMBOLS["event_synchronize"], c_void_p(event))
+
+    POINTER_ATTRIBUTES = None  # the runtime's pointer-attributes struct (``type`` and ``device`` fields)
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """The device owning ``ptr`` according to the runtime, or None when not device memory."""
+        fn = self._fns.get("PointerGetAttributes")
+        if fn is None or self.POINTER_ATTRIBUTES is None:
+            return None
+        attrs = self.POINTER_ATTRIBUTES()
+        if fn(byref(attrs), c_void_p(ptr)) != 0:
+            self._after_failed_query()
+            return None
+        return attrs.device if attrs.type == self.spec.memory_type_device else None
+
+    def _after_failed_query(self) -> None:
+        """Runtimes with a sticky "last error" clear it here."""

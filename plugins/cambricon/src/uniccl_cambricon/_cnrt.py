@@ -55,6 +55,7 @@ class CnrtSpec:
 
 class CnrtRuntime(DeviceRuntime):
     NAME_FN = "GetErrorName"
+    POINTER_ATTRIBUTES = _PointerAttributes
     SYMBOLS = {**DeviceRuntime.SYMBOLS, "malloc_host": "HostMalloc", "stream_create": "QueueCreate",
                "stream_destroy": "QueueDestroy", "stream_synchronize": "QueueSync",
                "event_create": "NotifierCreate", "event_destroy": "NotifierDestroy",
@@ -121,15 +122,6 @@ class CnrtRuntime(DeviceRuntime):
             self.call("Memcpy", c_void_p(dst), c_void_p(src), nbytes, direction, op=op)
         else:
             self.call(self.async_copy, c_void_p(dst), c_void_p(src), nbytes, c_void_p(stream), direction, op=op)
-
-    def pointer_device(self, ptr: int) -> int | None:
-        fn = self._fns.get("PointerGetAttributes")
-        if fn is None:
-            return None
-        attrs = _PointerAttributes()
-        if fn(byref(attrs), c_void_p(ptr)) != 0:
-            return None
-        return attrs.device if attrs.type == self.spec.memory_type_device else None
 
     # ----------------------------------------------------- queues, notifiers
     def stream_wait_event(self, stream, event: int) -> bool:
