@@ -1,9 +1,15 @@
-"""What the always-on mismatch check costs: the per-call agreement (every rank's operation,
-dtype, count, op and root exchanged and compared before any data moves) timed alone, against
-the whole all_reduce it guards.
+"""What the always-on mismatch check costs: the same all_reduce timed with the check and with
+it switched off (for this measurement only, by replacing it with nothing), in alternating
+blocks of the same run, so both see the same machine.
 
-usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES]   (default 1 MiB; UNICCL_TRANSPORT=tcp for TCP)
-Rank 0 prints one line: median microseconds of the agreement and of the all_reduce, and the ratio.
+Over the shared-memory engine the records ride on the data's first rendezvous (see
+Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce).
+
+usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES] [PAIRS]
+       (default 1 MiB, 100 pairs of blocks of 20 calls; UNICCL_TRANSPORT=tcp for TCP)
+Rank 0 prints one line: median microseconds per call with and without the check, and the cost:
+the median over pairs of adjacent blocks of (with - without) / without, so that the machine's
+drifts, which move both blocks of a pair alike, cancel.
 """
 import statistics
 import sys
@@ -12,32 +18,50 @@ import time
 import numpy as np
 
 import uniccl
-from uniccl._communicator import Plan
 
 nbytes = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
+pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+inner = 20
 comm = uniccl.init()
 x = np.ones(nbytes // 4, np.float32)
-plan = Plan("all_reduce", int(uniccl.DType.FLOAT32), x.size, int(uniccl.SUM))
-reps, inner = 15, 50
+checked = comm._agree, comm._run_announced, comm._run_fused
 
 
-def timed(fn) -> float:
-    out = []
-    for _ in range(reps):
-        comm.barrier()
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        out.append((time.perf_counter() - t) / inner * 1e6)
-    return statistics.median(out)
+def _no_agreement(plan, seq):
+    return None
+
+
+def _run_unannounced(plan, seq):
+    comm._in_data = True
+    return None if plan.run is None else comm._run_host(plan, seq)
+
+
+def _run_unfused(plan, seq, choice):
+    comm._in_data = True
+    return plan.shm(comm._engine)
+
+
+def timed(check: bool) -> float:
+    comm.barrier()  # with the check on: a barrier without it would not wait for anyone
+    comm._agree, comm._run_announced, comm._run_fused = checked if check else (
+        _no_agreement, _run_unannounced, _run_unfused)
+    t = time.perf_counter()
+    for _ in range(inner):
+        comm.all_reduce(x)
+    elapsed = (time.perf_counter() - t) / inner * 1e6
+    comm._agree, comm._run_announced, comm._run_fused = checked
+    return elapsed
 
 
 for _ in range(20):
     comm.all_reduce(x)
-agree = timed(lambda: comm._agree(plan, 0))
-full = timed(lambda: comm.all_reduce(x))
+on, off = [], []
+for b in range(pairs):  # alternate which goes first
+    for check in ((True, False) if b % 2 else (False, True)):
+        (on if check else off).append(timed(check))
 if comm.rank == 0:
     transport = "shm" if comm._engine is not None else comm._t.name
-    print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce: agreement {agree:.1f} us, "
-          f"all_reduce {full:.1f} us, check = {100 * agree / full:.2f}% of the call", flush=True)
+    cost = statistics.median((a - b) / b for a, b in zip(on, off))
+    print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce: {statistics.median(on):.1f} us with the "
+          f"check, {statistics.median(off):.1f} us without, check = {100 * cost:+.2f}% of the call", flush=True)
 comm.destroy()

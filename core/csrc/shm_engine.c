@@ -128,6 +128,9 @@ struct uc_shm {
     uint64_t timeout_ns;
     uint64_t g;       /* next chunk number */
     uint64_t agree_g; /* 1 + chunk of my last published record, 0 none */
+    const int64_t *rec_in; /* uc_shm_all_reduce_agreed: this rank's record, until judged */
+    int64_t *rec_out;      /* ... and where every rank's record goes */
+    int arriving;          /* in the rendezvous that starts a call: a timeout there means "never came" */
     _Atomic int busy;
     _Atomic int abort_requested; /* uc_shm_abort: the running call gives up */
     int broken;
@@ -408,7 +411,7 @@ static int remote_abort(uc_shm *e, int p) {
 static const char *awaited(uc_shm *e, size_t off, uint64_t target) {
     static _Thread_local char buf[96];
     unsigned long long chunk = (unsigned long long)(target - 1 - e->g_call);
-    if (strcmp(e->op ? e->op : "", "agree") == 0 || off == OFF_HELLO || off == OFF_PROBE)
+    if (e->arriving || strcmp(e->op ? e->op : "", "agree") == 0 || off == OFF_HELLO || off == OFF_PROBE)
         return "to arrive";
     const char *what = off == OFF_READY ? "post" : off == OFF_REDUCED ? "reduce" : "finish reading";
     snprintf(buf, sizeof buf, "to %s chunk %llu of this call", what, chunk);
@@ -458,7 +461,7 @@ static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64
             if (len < (int)sizeof list - 16)
                 len += snprintf(list + len, sizeof list - len, "%s%d", k > 1 ? ", " : "", q);
         }
-        int arrival = strcmp(e->op ? e->op : "", "agree") == 0; /* the agreement that starts every call */
+        int arrival = e->arriving || strcmp(e->op ? e->op : "", "agree") == 0; /* the rendezvous that starts a call */
         set_err(&e->err, UC_SHM_ETIMEOUT, e->op, "rank %d timed out after %.3g s waiting for rank%s %s %s%s",
                 e->rank, (double)e->timeout_ns * 1e-9, k > 1 ? "s" : "", list, awaited(e, off, target),
                 arrival ? " (they never started this call)" : "");
@@ -674,6 +677,7 @@ static int begin(uc_shm *e, const char *op) {
     if (!atomic_compare_exchange_strong(&e->busy, &idle, 1))
         return UC_SHM_EBUSY; /* e->err belongs to the call in progress */
     e->op = op;
+    e->arriving = 0;
     if (e->owner_pid != (long)getpid()) {
         set_err(&e->err, UC_SHM_EBROKEN, op, "this engine belongs to process %ld, not to this forked child",
                 e->owner_pid);
@@ -854,17 +858,57 @@ static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
     return UC_SHM_OK;
 }
 
+/* ------------------------------------------------ the record in the rendezvous
+ * uc_shm_all_reduce_agreed publishes the call's record (see agree_impl) in the data's
+ * first rendezvous instead of a round of its own: the same line, the same generation and
+ * the same READY signal, so a rank that calls uc_shm_agree there (another collective, or
+ * an error) meets it and both see every record.  On a difference every rank leaves at
+ * generation g + 1, as after agree_impl, with nothing read from anyone's data. */
+static int rec_publish(uc_shm *e) {
+    if (!e->rec_in)
+        return UC_SHM_OK;
+    if (e->agree_g)
+        WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
+    memcpy(e->ctrl[e->rank].record, e->rec_in, NREC * sizeof(int64_t));
+    e->arriving = 1;
+    return UC_SHM_OK;
+}
+
+/* After the rendezvous of generation g (every rank's READY >= g + 1). */
+static int rec_judge(uc_shm *e, uint64_t g) {
+    if (!e->rec_in)
+        return UC_SHM_OK;
+    const int64_t *mine = e->rec_in;
+    int same = 1;
+    for (int q = 0; q < e->size; q++) {
+        const int64_t *r = q == e->rank ? mine : e->ctrl[q].record;
+        memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
+        if (q != e->rank && memcmp(r, mine, NREC * sizeof(int64_t)) != 0)
+            same = 0;
+    }
+    e->rec_in = NULL;
+    e->arriving = 0;
+    e->agree_g = g + 1; /* the peers' CONSUMED g + 1 comes after they read the records */
+    if (same)
+        return UC_SHM_OK;
+    sig(e, OFF_CONSUMED, g + 1);
+    e->g = g + 1;
+    return UC_SHM_EMISMATCH;
+}
+
 /* ============================================================ reductions */
 /* One round: everyone stages all, the folders (root, or all when root < 0) fold
  * every slot in rank order into recv. */
 static int reduce_small(uc_shm *e, const void *send, void *recv, size_t count, size_t isz, int dtype, int op,
                         int root) {
     uint64_t g = e->g++;
-    int rc = stage(e, g, send, count * isz);
-    if (rc)
+    int rc = rec_publish(e);
+    if (rc || (rc = stage(e, g, send, count * isz)))
         return rc;
     if (root < 0 || root == e->rank) {
         WAIT(e, OFF_READY, g + 1, -1);
+        if ((rc = rec_judge(e, g)))
+            return rc;
         for (int q = 0; q < e->size; q++) {
             e->src[q] = slot(e, q, g);
             if (q != e->rank)
@@ -891,8 +935,8 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
     int nt = gather && count * isz >= e->nt_min_bytes;
     uint64_t g0 = e->g;
     e->g += nchunks;
-    int rc = stage_parts(e, g0, send, count < chunk ? count : chunk, isz);
-    if (rc)
+    int rc = rec_publish(e);
+    if (rc || (rc = stage_parts(e, g0, send, count < chunk ? count : chunk, isz)))
         return rc;
     for (size_t k = 0; k < nchunks; k++) {
         uint64_t g = g0 + k;
@@ -900,6 +944,8 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
         size_t lo, hi;
         /* B */
         WAIT(e, OFF_READY, g + 1, -1);
+        if (k == 0 && (rc = rec_judge(e, g0)))
+            return rc;
         part(m, n, me, isz, &lo, &hi);
         if (hi > lo) {
             for (int q = 0; q < n; q++) {
@@ -950,8 +996,12 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
     uc_line *mine = &e->ctrl[me].ready;
     mine->pub_addr = (uint64_t)(uintptr_t)send;
     mine->pub_addr2 = (uint64_t)(uintptr_t)recv;
+    if ((rc = rec_publish(e)))
+        return rc;
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
+    if ((rc = rec_judge(e, g)))
+        return rc; /* before any peer's address is used: theirs may be of another call */
     /* scratch: areas 0..n-1 for the ranks' inputs, area n for the result */
     uint8_t *scratch = slot(e, me, 0); /* slots [me][0] and [me][1] are adjacent */
     size_t area = (2 * e->slot_bytes / (size_t)(n + 1)) / 64 * 64, m = area / isz;
@@ -1479,6 +1529,27 @@ int uc_shm_scatter(uc_shm *e, const void *send_, void *recv_, size_t bb, int roo
 int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out) {
     int rc = begin(e, "agree");
     return rc ? rc : end(e, agree_impl(e, record, out));
+}
+
+int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
+                             size_t count, int dtype, int op) {
+    int rc = begin(e, "all_reduce");
+    if (rc)
+        return rc;
+    if (!record || !out)
+        return end(e, bad(e, "null record"));
+    if (!count || e->size == 1) { /* the data has no rendezvous to ride on: one of its own */
+        if (!(rc = agree_impl(e, record, out)))
+            for (int q = 0; q < e->size; q++)
+                if (memcmp(out + (size_t)q * NREC, record, NREC * sizeof(int64_t)) != 0)
+                    rc = UC_SHM_EMISMATCH;
+        return end(e, rc ? rc : all_reduce_impl(e, send, recv, count, dtype, op));
+    }
+    e->rec_in = record;
+    e->rec_out = out;
+    rc = all_reduce_impl(e, send, recv, count, dtype, op);
+    e->rec_in = NULL; /* judged, or the call failed before its rendezvous */
+    return end(e, rc);
 }
 
 int uc_shm_barrier(uc_shm *e) {

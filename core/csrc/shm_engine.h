@@ -47,6 +47,7 @@ enum {
     UC_SHM_EINTR,    /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
     UC_SHM_EABORTED, /* uc_shm_abort was called on this rank (maybe from another thread) */
     UC_SHM_ECORRUPT, /* data from remote_rank failed its checksum (checksums on) */
+    UC_SHM_EMISMATCH, /* uc_shm_all_reduce_agreed: the ranks' records differ; nothing moved (engine usable) */
 };
 
 /* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
@@ -127,6 +128,10 @@ int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);
 int uc_shm_barrier(uc_shm *e);
 
 int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
+/* uc_shm_agree and uc_shm_all_reduce in one rendezvous: ``record`` is published with the
+ * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ. */
+int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
+                             size_t count, int dtype, int op);
 /* count: elements per rank block; recv may be block `rank` of send. */
 int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
 /* recv only used at root (may equal send there). */

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
+import struct
 import sys
 import threading
 import zlib
@@ -64,18 +66,23 @@ _AGREE = {
     "gather": (_H_DTYPE, _H_COUNT, _H_ROOT),
     "scatter": (_H_DTYPE, _H_COUNT, _H_ROOT),
 }
+_RECORD = struct.Struct(f"<{HEADER_WORDS}q")  # a call's record as bytes (TCP: fields not agreed on are -1)
+# Algorithms over which the stamps of a TCP call reach every rank (see TCPTransport.announce).
+_COVERING = {"all_reduce": ("ring", "recursive_doubling"), "all_gather": ("ring",),
+             "reduce_scatter": ("ring",), "all_to_all": ("pairwise",)}
 
 
 class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
     __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
-                 "staged", "native", "args", "timeout", "entry")
+                 "staged", "native", "args", "timeout", "entry", "shm_agreed")
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
         self.run = run        # run(OpContext): point-to-point algorithms (and the size-1 case)
         self.shm = shm        # shm(engine): the same collective on the shared-memory engine
+        self.shm_agreed = None  # shm_agreed(engine) -> (agreed, result): the agreement rides on the data
         self.nbytes = nbytes  # what the tuner decides on
         self.error, self.p2p = None, p2p
         self.post = None  # point-to-point only: start the transfer, return its request
@@ -156,6 +163,8 @@ class Communicator:
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
         self._name = name
         self._flight = FlightRecorder(name, self.rank, self.size)
+        self._light: dict = {}  # (collective, size bucket) -> its TCP records ride on the data alone
+        self._announced = None  # (plan, seq) of the running TCP call
         self._in_data = False  # the running call is past its agreement
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)
@@ -451,6 +460,13 @@ class Communicator:
         self._hdr_view[_H_DEVRED] = bool(staged) and native is None and _staged_reduce.applies(self, plan)
         self._in_data = False
         if self.size > 1:
+            if self._engine is None and self._host_only and self._hier is None and hasattr(self._t, "announce"):
+                return self._run_announced(plan, seq)
+            if plan.shm_agreed is not None and self._engine is not None and not staged and self._hier is None \
+                    and plan.error is None:
+                choice = self._tuner.choose(plan.name, plan.nbytes)
+                if choice.transport == "shm":
+                    return self._run_fused(plan, seq, choice)
             self._agree(plan, seq)
         elif plan.error is not None:
             raise plan.error
@@ -529,8 +545,13 @@ class Communicator:
         # every rank takes part (also those without a library): the ranks of a mixed-vendor
         # communicator learn together that no one library spans it
         mine = zlib.crc32(f"{self.platform}:{self._native.name}".encode()) | 1 if self._native is not None else 0
-        ids = self._t.allgather_obj(mine) if self.size > 1 else [mine]
+        device = self._device_scratch is not None  # this rank may pass device buffers
+        both = self._t.allgather_obj((mine, device)) if self.size > 1 else [(mine, device)]
+        ids = [i for i, _ in both]
         self._rank_native_ids = list(ids)
+        # no rank can pass device buffers: every call takes the host path, so over TCP the
+        # records can ride on the data (_run_announced) on every rank alike
+        self._host_only = not any(d for _, d in both)
         if not mine or len(set(ids)) != 1:
             if mine:
                 logger.info("native collectives (%s) not used: the ranks' platforms differ", self._native.name)
@@ -579,10 +600,16 @@ class Communicator:
         return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
                              int(op), self._hostb.reduce, self._scratch, self._copy, algorithm)
 
-    def _agree(self, plan: Plan, seq: int) -> None:
-        hdr, hdrs, h = self._hdr, self._hdrs, self._hdr_view
+    def _record(self, plan: Plan) -> None:
+        """This rank's record of the call (what every rank must agree on) into ``self._hdr``."""
+        h = self._hdr_view
         h[_H_ERR], h[_H_COLL], h[_H_DTYPE] = plan.error is not None, _COLL_IDS[plan.name], plan.dtype
         h[_H_COUNT], h[_H_OP], h[_H_ROOT] = plan.count, plan.op, plan.root
+
+    def _agree(self, plan: Plan, seq: int) -> None:
+        """Exchange the records before any data moves (shm engine, MPI, device buffers)."""
+        hdr, hdrs = self._hdr, self._hdrs
+        self._record(plan)
         if self._engine is not None:
             same = self._engine.agree(hdr, hdrs)  # a cache-line exchange instead of an MPI allgather
         else:
@@ -590,8 +617,68 @@ class Communicator:
             same = hdrs.tobytes() == hdr.tobytes() * self.size
         if same and plan.error is None:
             return  # the common case: everyone made the same valid call
+        self._judge(plan, seq, None)
+
+    def _run_fused(self, plan: Plan, seq: int, choice):
+        """Shared memory: the records ride on the data's first rendezvous (one instead of two);
+        ranks that call anything else meet it there with :meth:`_agree`."""
+        self._record(plan)
+        if plan.entry is not None:
+            plan.entry[_fl.PATH] = choice
+        self._in_data = True
+        agreed, result = plan.shm_agreed(self._engine)
+        if agreed:
+            return result
+        self._in_data = False  # nothing moved: every rank judges the same records
+        self._judge(plan, seq, None)
+        self._in_data = True  # they differ only where the call allows it (paths): as after _agree
+        return plan.shm(self._engine)
+
+    def _run_announced(self, plan: Plan, seq: int):
+        """TCP: the records travel with the data (:meth:`TCPTransport.announce`) instead of a
+        round trip before it; data from a peer is used only once its record matched."""
+        name, error = plan.name, plan.error
+        agreed = _AGREE[name]  # only what the call must agree on is compared
+        record = _RECORD.pack(error is not None, _COLL_IDS[name],
+                              plan.dtype if _H_DTYPE in agreed else -1, plan.count if _H_COUNT in agreed else -1,
+                              plan.op if _H_OP in agreed else -1, plan.root if _H_ROOT in agreed else -1, -1, -1)
+        full = record if error is None else record + pickle.dumps(error)  # peers name it
+        light = False
+        if error is None and plan.nbytes > 0 and plan.run is not None and self.size <= 64:
+            key = (name, plan.nbytes.bit_length())
+            light = self._light.get(key)
+            if light is None:
+                light = self._light[key] = self._tuner.choose(name, plan.nbytes).algorithm in _COVERING.get(name, ())
+        t = self._t
+        self._in_data = True  # a failure from here (but a mismatch) leaves peers waiting
+        self._announced = plan, seq
+        try:
+            t.announce(seq, 1 + seq % self._tag_span, record, full, light, self._mismatched)
+            result = None if plan.run is None else self._run_host(plan, seq)
+            t.finish()
+            return result
+        except BaseException:
+            t.abandon()
+            raise
+
+    def _mismatched(self) -> None:
+        """The ranks' records of an announced call differ: every rank gets here (told by the
+        first to see it), learns them all, drops what was sent ahead and raises alike."""
+        plan, seq = self._announced
+        self._in_data = False
+        recs = self._t.records()
+        n = HEADER_WORDS * 8
+        for p, rec in enumerate(recs):
+            self._hdrs[p] = np.frombuffer(rec[:n], np.int64)
+        self._t.flush()
+        self._judge(plan, seq, [pickle.loads(rec[n:]) if len(rec) > n else None for rec in recs])
+
+    def _judge(self, plan: Plan, seq: int, errors) -> None:
+        """Raise for a call the ranks did not make alike (records in ``self._hdrs``)."""
+        hdrs = self._hdrs
         if hdrs[:, _H_ERR].any():
-            errors = self._t.allgather_obj(plan.error)
+            if errors is None:
+                errors = self._t.allgather_obj(plan.error)
             if plan.error is not None:
                 raise plan.error
             bad = int(np.flatnonzero(hdrs[:, _H_ERR])[0])
@@ -646,7 +733,15 @@ class Communicator:
             e.all_reduce(send.ptr, recv.ptr, count, send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
-        return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
+
+        def shm_agreed(e):  # the agreement in the data's first rendezvous (see _run_fused)
+            if not e.all_reduce_agreed(self._hdr, self._hdrs, send.ptr, recv.ptr, count, send.dtype, kop):
+                return False, None
+            self._finish_avg(recv.ptr, count, send.dtype, rop)
+            return True, result
+        plan = Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
+        plan.shm_agreed = shm_agreed
+        return plan
 
     def _plan_reduce(self, sendbuf, recvbuf, op, root):
         name = "reduce"

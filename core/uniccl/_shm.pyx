@@ -57,6 +57,7 @@ cdef extern from "shm_engine.h" nogil:
         UC_SHM_EINTR
         UC_SHM_EABORTED
         UC_SHM_ECORRUPT
+        UC_SHM_EMISMATCH
     ctypedef int (*uc_shm_interrupt_fn)(void *ctx) noexcept
     ctypedef struct uc_shm_error:
         int code
@@ -94,6 +95,8 @@ cdef extern from "shm_engine.h" nogil:
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
     int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
+    int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
+                                 size_t count, int dtype, int op)
     int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
     int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root)
     int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root)
@@ -350,20 +353,22 @@ cdef class ShmEngine:
                 "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
 
     # ------------------------------------------------------------- collectives
+    cdef _records(self, header, out, str op):
+        if not (isinstance(header, cnp.ndarray) and cnp.PyArray_TYPE(header) == cnp.NPY_INT64
+                and cnp.PyArray_SIZE(header) == 8 and cnp.PyArray_IS_C_CONTIGUOUS(header)):
+            self._bad(op, "header must be a C-contiguous int64 numpy array of 8 elements", "header")
+        if not (isinstance(out, cnp.ndarray) and cnp.PyArray_TYPE(out) == cnp.NPY_INT64
+                and cnp.PyArray_SIZE(out) == 8 * self.size and cnp.PyArray_IS_C_CONTIGUOUS(out)
+                and cnp.PyArray_ISWRITEABLE(out)):
+            self._bad(op, f"out must be a writable C-contiguous int64 numpy array of {self.size} x 8", "out")
+
     def agree(self, header, out):
         """Allgather of one int64[8] record per rank into ``out`` (int64[size, 8]),
         through shared memory; returns once every rank has called it (a barrier).
         Returns True when every rank's record equals ``header`` (compared here, in C)."""
         cdef uc_shm *e = self._live("agree")
         cdef int rc
-        if not (isinstance(header, cnp.ndarray) and cnp.PyArray_TYPE(header) == cnp.NPY_INT64
-                and cnp.PyArray_SIZE(header) == 8 and cnp.PyArray_IS_C_CONTIGUOUS(header)):
-            self._bad("agree", "header must be a C-contiguous int64 numpy array of 8 elements", "header")
-        if not (isinstance(out, cnp.ndarray) and cnp.PyArray_TYPE(out) == cnp.NPY_INT64
-                and cnp.PyArray_SIZE(out) == 8 * self.size and cnp.PyArray_IS_C_CONTIGUOUS(out)
-                and cnp.PyArray_ISWRITEABLE(out)):
-            self._bad("agree", f"out must be a writable C-contiguous int64 numpy array of {self.size} x 8",
-                      "out")
+        self._records(header, out, "agree")
         cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
         cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
         cdef int same = 1, q, n = self.size
@@ -385,6 +390,25 @@ cdef class ShmEngine:
             rc = uc_shm_barrier(e)
         if rc:
             self._raise(rc)
+
+    def all_reduce_agreed(self, header, out, send, recv, count, dtype, op):
+        """:meth:`agree` and :meth:`all_reduce` in one rendezvous (the record rides on the data's
+        first signal).  False when the records differ: ``out`` holds them, nothing moved."""
+        cdef uc_shm *e = self._live("all_reduce")
+        self._records(header, out, "all_reduce")
+        cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
+        cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
+        cdef uintptr_t s = self._ptr(send, "all_reduce", "send"), r = self._ptr(recv, "all_reduce", "recv")
+        cdef size_t c = self._count(count, "all_reduce", "count")
+        cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
+        cdef int rc
+        with nogil:
+            rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>s, <void *>r, c, dt, o)
+        if rc == UC_SHM_EMISMATCH:
+            return False
+        if rc:
+            self._raise(rc)
+        return True
 
     def all_reduce(self, send, recv, count, dtype, op):
         """``recv = op over ranks of send`` for ``count`` elements; recv may be send."""

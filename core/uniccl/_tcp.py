@@ -51,6 +51,21 @@ DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's t
 _CTRL_TAG_BASE = 1 << 30
 _ABORT_TAG = 0xFFFFFFFF  # "this communicator was aborted by its sender": fail its receives from that peer
 _NACK_TAG = 0xFFFFFFFE  # "message <id> reached me corrupted: send it again"
+_FLUSH_TAG = 0xFFFFFFFD  # "nothing more of the call that failed its agreement follows from me"
+_PROBE_TAG = 0xFFFFFFFC  # "have you begun call <seq> of this communicator?" (asked after a timeout)
+_PROBED_TAG = 0xFFFFFFFB  # the answer: the last call begun there
+_Q = struct.Struct("<q")
+_MASK = struct.Struct("<Q")  # a stamp's ranks (bit r: rank r's record matched)
+_STAMPED = 8  # flag: the stamp area holds a stamp (the call's record, the ranks matched so far)
+_STAMP = 72  # bytes: the 64-byte record and a 64-bit mask of ranks
+_NO_STAMP = bytes(_STAMP)
+_HEAD = _HDR.size + _STAMP  # every message starts so: one read gets the header and the stamp
+_REC_BASE, _SLOW_BASE = 1 << 28, 1 << 29  # control-context tags of a call's records: base + data tag
+_T = struct.Struct("<I")  # a flush marker's payload: the data tag of the call it ends
+
+
+def _head(ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int, stamp=None) -> bytes:
+    return _HDR.pack(ctx, tag, n, crc, flags, msg_id) + (stamp or _NO_STAMP)
 
 
 def _view(ptr: int, nbytes: int) -> memoryview:
@@ -91,7 +106,7 @@ def route_address(target_host: str) -> str:
 class _Recv:
     """A posted receive: into memory at ``ptr`` (``nbytes`` max) or, ptr None, into bytes."""
 
-    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data", "peer")
+    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data", "peer", "stamp")
 
     def __init__(self, ptr, nbytes, peer=-1):
         self.ptr, self.nbytes, self.peer = ptr, nbytes, peer
@@ -99,6 +114,17 @@ class _Recv:
         self.error = None
         self.truncated = False
         self.data = None
+        self.stamp = None
+
+
+class _Payload(bytearray):
+    """A message that arrived before its receive was posted, with the stamp it came with."""
+
+    __slots__ = ("stamp",)
+
+
+class _Flushed(Exception):
+    """A receive ended because the ranks' records of its call differ (see TCPTransport)."""
 
 
 _SENT = None  # sends complete in the caller's thread: their request is nothing to wait for
@@ -130,6 +156,10 @@ class Mesh:
         self._aborted: dict = {}  # context base -> error: that communicator was aborted (here or by a peer)
         self._notified: set = set()  # context bases whose members this rank has told why it gave up
         self._tl = threading.local()  # per-thread wait limit (the call running on that thread)
+        self._expect: dict = {}  # data context -> (data tag, record) of the call running there
+        self._early: dict = {}  # (data context, tag) -> the record stamped on what came before that call
+        self._alarm: dict = {}  # data context -> tag of its call whose records were found to differ
+        self._begun: dict = {}  # data context -> number of the last call begun there (for probes)
         self.live = 0  # transports over this mesh not yet aborted
         self.checksums, self._crc, self._crc_at = _checksums()
         self._kept = _Kept(int(os.environ.get("UNICCL_TCP_RETAIN_BYTES", 64 << 20)), size)
@@ -191,22 +221,25 @@ class Mesh:
         self.socks[peer] = sock
 
     # ------------------------------------------------------------------ sending
-    def send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data=None) -> None:
+    def send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data=None, stamp=None) -> None:
         if peer == self.rank:
-            payload = bytearray(data if data is not None else _view(ptr, nbytes))
+            payload = _Payload(data if data is not None else _view(ptr, nbytes))
+            payload.stamp = stamp
             self._arrived(peer, ctx, tag, payload)
             return
         sock = self.socks[peer]
         try:
             with self.send_locks[peer]:
                 if self.checksums:  # a copy is kept: the receiver may ask for it again
-                    self._send_checked(peer, sock, ctx, tag, ptr, nbytes, data)
-                elif data is not None:
-                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0) + data)
+                    self._send_checked(peer, sock, ctx, tag, ptr, nbytes, data, stamp)
+                    return
+                head = _head(ctx, tag, nbytes, 0, _STAMPED if stamp else 0, 0, stamp)
+                if data is not None:
+                    sock.sendall(head + data)
                 elif nbytes <= _INLINE:
-                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0) + ctypes.string_at(ptr, nbytes))
+                    sock.sendall(head + ctypes.string_at(ptr, nbytes))
                 else:
-                    sock.sendall(_HDR.pack(ctx, tag, nbytes, 0, 0, 0))
+                    sock.sendall(head)
                     sock.sendall(_view(ptr, nbytes))
         except OSError as exc:
             # a peer that gave up on this communicator (a death it saw, a timeout, an abort) says so
@@ -220,21 +253,22 @@ class Mesh:
             raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
                               remote_rank=peer, remote_type="ConnectionError") from None
 
-    def _send_checked(self, peer: int, sock, ctx: int, tag: int, ptr, nbytes: int, data) -> None:
+    def _send_checked(self, peer: int, sock, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
         """Send with the payload's CRC, from a kept copy (for a retransmission); send lock held."""
         msg_id = self._next_id[peer]
         self._next_id[peer] += 1
+        flags = _CHECKED | _STAMPED if stamp else _CHECKED
         if nbytes <= _INLINE:  # small: the bytes object itself is the kept copy
             body = bytes(data) if data is not None else ctypes.string_at(ptr, nbytes)
             crc = self._crc(body)
-            self._kept.keep_small(peer, msg_id, (ctx, tag, crc, body))
-            sock.sendall(_HDR.pack(ctx, tag, nbytes, crc, _CHECKED, msg_id) + body)
+            self._kept.keep_small(peer, msg_id, (ctx, tag, crc, body, stamp))
+            sock.sendall(_head(ctx, tag, nbytes, crc, flags, msg_id, stamp) + body)
             return
-        body, crc = self._kept.keep(peer, msg_id, ctx, tag, ptr, nbytes, data)
+        body, crc = self._kept.keep(peer, msg_id, ctx, tag, ptr, nbytes, data, stamp)
         if body is None:  # larger than a quarter of the budget: checked, sent from where it is, not kept
             body = data if data is not None else _view(ptr, nbytes)
             crc = self._crc(body)
-        sock.sendall(_HDR.pack(ctx, tag, nbytes, crc, _CHECKED, msg_id))
+        sock.sendall(_head(ctx, tag, nbytes, crc, flags, msg_id, stamp))
         sock.sendall(body)
 
     def _resend(self, peer: int, msg_id: int) -> None:
@@ -244,11 +278,12 @@ class Mesh:
             kept = self._kept.get(peer, msg_id)
             try:
                 if kept is None:  # overwritten or never kept: the receiver fails with a typed error
-                    sock.sendall(_HDR.pack(0, 0, 0, 0, _GONE, msg_id))
+                    sock.sendall(_head(0, 0, 0, 0, _GONE, msg_id))
                     return
-                ctx, tag, crc, body = kept
+                ctx, tag, crc, body, stamp = kept
                 self.stats["retransmits"] += 1
-                sock.sendall(_HDR.pack(ctx, tag, len(body), crc, _CHECKED | _RETRANSMIT, msg_id))
+                flags = _CHECKED | _RETRANSMIT | (_STAMPED if stamp else 0)
+                sock.sendall(_head(ctx, tag, len(body), crc, flags, msg_id, stamp))
                 sock.sendall(body)
             except OSError:
                 pass  # its reader sees the connection drop
@@ -261,6 +296,10 @@ class Mesh:
             aborted = self._aborted.get(ctx & ~3)
             if aborted is not None:
                 req.error = aborted
+                req.done.set()
+                return req
+            if self._alarm and self._alarmed(ctx, tag):
+                req.error = _Flushed()
                 req.done.set()
                 return req
             queue = self._unexpected.get(key)
@@ -280,6 +319,8 @@ class Mesh:
 
     @staticmethod
     def _fill(req: _Recv, payload) -> None:
+        if type(payload) is _Payload:
+            req.stamp = payload.stamp
         if req.ptr is None:
             req.data = bytes(payload)
         else:
@@ -288,6 +329,111 @@ class Mesh:
                 ctypes.memmove(req.ptr, (ctypes.c_char * n).from_buffer(payload), n)
             req.truncated = len(payload) > req.nbytes
         req.done.set()
+
+    # ---------------------------------------------- the agreement of announced calls
+    # A call announced on a data context (TCPTransport.announce) stamps its data with the
+    # caller's record; the readers compare each stamp or record with the one expected there
+    # and, at the first difference, end that call's receives here (_alarm) so the waiting
+    # thread judges it.  All under self._lock.
+    def _observe(self, dctx: int, tag: int, record: bytes) -> None:
+        exp = self._expect.get(dctx)
+        if exp is not None and exp[0] == tag:
+            if record != exp[1]:
+                self._alarm_call(dctx, tag)
+            return
+        prev = self._early.get((dctx, tag))  # before this rank made that call: kept for it
+        if prev is None:
+            self._early[(dctx, tag)] = record
+        elif prev != record:
+            self._early[(dctx, tag)] = b""  # two peers differ: whatever this rank calls, it mismatches
+
+    def _alarmed(self, ctx: int, tag: int) -> bool:
+        """Is (ctx, tag) a receive of a call whose records were found to differ?"""
+        if ctx & 3 == DATA:
+            return self._alarm.get(ctx) == tag
+        return ctx & 3 == CTRL and _REC_BASE <= tag < _SLOW_BASE and self._alarm.get(ctx & ~3) == tag - _REC_BASE
+
+    def _alarm_call(self, dctx: int, tag: int) -> None:
+        self._alarm[dctx] = tag
+        for key in [k for k in self._posted if k[1] == dctx and k[2] == tag
+                    or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag]:
+            for req in self._posted.pop(key):
+                req.error = _Flushed()
+                req.done.set()
+
+    def _agreement_message(self, peer: int, ctx: int, tag: int, payload) -> None:
+        """A record, a report of a failed agreement, or a flush marker arrived (reader thread)."""
+        with self._lock:
+            if tag == _FLUSH_TAG:  # all that ``peer`` sent for that call came before: drop it
+                t = _T.unpack(bytes(payload[:4]))[0]
+                for key in [k for k in self._unexpected if k[0] == peer and (
+                        k[1] == ctx and k[2] == t or k[1] == ctx + CTRL and k[2] == _REC_BASE + t)]:
+                    del self._unexpected[key]
+                for key in [k for k in self._posted if k[0] == peer and k[1] == ctx and k[2] == t]:
+                    for req in self._posted.pop(key):
+                        req.error = _Flushed()
+                        req.done.set()
+            elif tag >= _SLOW_BASE:  # a peer judges that call: so must this rank
+                self._alarm_call(ctx & ~3, tag - _SLOW_BASE)
+            else:
+                self._observe(ctx & ~3, tag - _REC_BASE, bytes(payload))
+
+    def begin(self, dctx: int, seq: int, tag: int, record: bytes) -> bool:
+        """This rank starts call ``seq`` (data tag ``tag``) on ``dctx``; True if it is already
+        known to mismatch."""
+        with self._lock:
+            self._begun[dctx] = seq
+            self._expect[dctx] = (tag, record)
+            early = self._early.pop((dctx, tag), None)
+            return self._alarm.get(dctx) == tag or (early is not None and early != record)
+
+    def end(self, dctx: int, tag: int) -> None:
+        with self._lock:
+            self._expect.pop(dctx, None)
+            self._early.pop((dctx, tag), None)
+            if self._alarm.get(dctx) == tag:
+                del self._alarm[dctx]
+
+    def _answer_probe(self, peer: int, dctx: int) -> None:
+        with self._lock:
+            begun = self._begun.get(dctx, -1)
+        try:
+            with self.send_locks[peer]:
+                self.socks[peer].sendall(_head(dctx, _PROBED_TAG, _Q.size, 0, 0, 0) + _Q.pack(begun))
+        except OSError:
+            pass  # the asker is gone
+
+    def probe(self, dctx: int, seq: int, peers: list, wait: float) -> list:
+        """The ``peers`` (job ranks) that have not begun call ``seq`` on ``dctx``, or did not
+        answer within ``wait`` seconds: after a timeout, who is missing (their readers answer,
+        wherever their callers are)."""
+        reqs = [(p, self.post(p, dctx, _PROBED_TAG, None, 0)) for p in peers if p not in self._dead]
+        missing = [p for p in peers if p in self._dead]
+        for p, _ in reqs:
+            try:
+                with self.send_locks[p]:
+                    self.socks[p].sendall(_head(dctx, _PROBE_TAG, 0, 0, 0, 0))
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        for p, req in reqs:
+            if not req.done.wait(max(0.0, deadline - time.monotonic())) or req.error is not None \
+                    or _Q.unpack(req.data)[0] < seq:
+                missing.append(p)
+        return sorted(missing)
+
+    def cancel(self, dctx: int, tag: int) -> None:
+        """Withdraw this rank's receives of call ``tag``; return once no reader still writes
+        into the memory of one (nothing lands in the caller's buffers after this)."""
+        with self._lock:
+            for key in [k for k in self._posted if k[1] == dctx and k[2] == tag
+                        or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag]:
+                del self._posted[key]
+            busy = [rx.current for rx in self._rx if rx.current is not None and rx.current.ptr is not None]
+        deadline = time.monotonic() + 5.0
+        for req in busy:  # a message being read straight into its buffer: wait for its last byte
+            while not req.done.wait(0.01) and time.monotonic() < deadline and any(rx.current is req for rx in self._rx):
+                pass
 
     def _take_posted(self, key):
         queue = self._posted.get(key)
@@ -308,17 +454,26 @@ class Mesh:
         self._fill(req, payload)
 
     def _reader(self, peer: int, sock) -> None:
-        hdr = bytearray(_HDR.size)
+        hdr = bytearray(_HEAD)
         hview = memoryview(hdr)
         rx = self._rx[peer]
         try:
             while True:
                 _recv_into(sock, hview)
-                ctx, tag, n, crc, flags, msg_id = _HDR.unpack(hdr)
+                ctx, tag, n, crc, flags, msg_id = _HDR.unpack_from(hdr)
+                stamp = bytes(hview[_HDR.size:]) if flags & _STAMPED else None
                 if tag == _ABORT_TAG:
                     raw = bytearray(n)
                     _recv_into(sock, memoryview(raw))
                     self._abort_local(peer, ctx, self._notice_error(peer, raw))
+                    continue
+                if tag == _PROBE_TAG or tag == _PROBED_TAG:
+                    raw = bytearray(n)
+                    _recv_into(sock, memoryview(raw))
+                    if tag == _PROBED_TAG:
+                        self._arrived(peer, ctx, tag, raw)
+                    else:  # answered by this thread: the caller's thread may be anywhere
+                        self._answer_probe(peer, ctx)
                     continue
                 if tag == _NACK_TAG:
                     raw = bytearray(n)
@@ -331,9 +486,10 @@ class Mesh:
                 if rx.awaiting is not None and not (flags & _RETRANSMIT and msg_id == rx.awaiting):
                     payload = bytearray(n)  # after a corrupted message: held until its copy arrives
                     _recv_into(sock, memoryview(payload))
-                    rx.held.append((ctx, tag, n, crc, flags, msg_id, payload))
+                    rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
                     continue
-                if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, sock=sock) and flags & _RETRANSMIT:
+                if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock) \
+                        and flags & _RETRANSMIT:
                     rx.awaiting = None
                     while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
                         *fields, payload = rx.held.popleft()
@@ -342,11 +498,13 @@ class Mesh:
             self._peer_lost(peer, exc, rx.current)
 
     def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
-                 sock=None, payload=None) -> bool:
+                 stamp, sock=None, payload=None) -> bool:
         """Read one message (from ``sock``, or take ``payload`` already read), verify it, deliver
         it; False when it is corrupted (it was asked for again)."""
         key = (peer, ctx, tag)
         with self._lock:
+            if stamp is not None:
+                self._observe(ctx, tag, stamp[:64])
             req = rx.current = self._take_posted(key)
         fault = self.faults.on_message(peer) if self.faults is not None and flags & _CHECKED else ""
         if fault == "delay":
@@ -354,7 +512,7 @@ class Mesh:
             time.sleep(self.faults.delay_s)
         if req is None or req.ptr is None:
             if payload is None:
-                payload = bytearray(n)
+                payload = bytearray(n) if stamp is None else _Payload(n)
                 _recv_into(sock, memoryview(payload))
             if fault in ("flip", "drop"):
                 self.faults.injected[fault] += 1
@@ -364,11 +522,18 @@ class Mesh:
             if flags & _CHECKED and (fault == "drop" or self._crc(payload) != crc):
                 return self._corrupted(peer, rx, key, req, msg_id)
             rx.current = None
+            if _REC_BASE <= tag < _CTRL_TAG_BASE and ctx & 3 == CTRL or tag == _FLUSH_TAG and ctx & 3 == DATA:
+                self._agreement_message(peer, ctx, tag, payload)
+            if stamp is not None:
+                if type(payload) is not _Payload:
+                    payload = _Payload(payload)
+                payload.stamp = stamp
             if req is None:
                 self._arrived(peer, ctx, tag, payload)
             else:
                 self._fill(req, payload)
             return True
+        req.stamp = stamp
         m, rest = min(n, req.nbytes), None  # straight into the receiver's memory, no copy
         if payload is None:
             if m:
@@ -416,7 +581,7 @@ class Mesh:
                        self.rank, msg_id, peer, rx.tries)
         try:
             with self.send_locks[peer]:
-                self.socks[peer].sendall(_HDR.pack(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id))
+                self.socks[peer].sendall(_head(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id))
         except OSError:
             pass  # the peer is gone: its reader reports that
         return False
@@ -495,7 +660,7 @@ class Mesh:
                 continue  # a send to it is stuck (its buffers are full): its reader will see the socket close
             try:
                 sock.settimeout(1.0)
-                sock.sendall(_HDR.pack(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data)
+                sock.sendall(_head(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data)
             except OSError:
                 pass
             finally:
@@ -546,6 +711,9 @@ class TCPTransport:
         self._ctrl_seq = 0
         self._splits = 0
         self._shrinks = 0
+        self.active = False  # an announced call is running (see announce)
+        self._seq = self._tag = self._own = self._full = self._recs = self._mismatched = self._stamp = None
+        self._light, self._mask, self._full_mask = False, 0, (1 << self.size) - 1
         mesh.live += 1
 
     def set_timeout(self, seconds: float) -> None:
@@ -588,7 +756,8 @@ class TCPTransport:
 
     # -------------------------------------------------------- point to point
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
-        self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes)
+        self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes,
+                       stamp=self._stamp if self.active and not comm else None)
         return _SENT
 
     def irecv(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
@@ -597,8 +766,21 @@ class TCPTransport:
     def wait(self, req) -> None:
         try:
             self.mesh.wait(req)
-        except (Timeout, RemoteError) as exc:
+        except _Flushed:  # some rank found that the call's records differ: judge them here too
+            self._mismatch()
+        except Timeout as exc:
+            raise (self._missing(exc) if self.active else self._local(exc)) from None
+        except RemoteError as exc:
             raise self._local(exc) from None
+        if self.active and req is not _SENT:  # data is used only once its stamp matches (see announce)
+            stamp = req.stamp
+            if stamp is None or not stamp.startswith(self._own):
+                self._mismatch()
+            if self._mask != self._full_mask:
+                mask = self._mask | _MASK.unpack_from(stamp, 64)[0]
+                if mask != self._mask:
+                    self._mask = mask
+                    self._stamp = self._own + _MASK.pack(mask)
 
     def waitall(self, reqs) -> None:
         for req in reqs:
@@ -615,6 +797,119 @@ class TCPTransport:
         if req is not _SENT and req.truncated:
             raise InvalidArgument(f"message from rank {peer} is longer than the receive buffer "
                                   f"({nbytes} bytes)", op=op, rank=rank, argument="buf")
+
+    # ------------------------------------- agreement alongside the data (TCP only)
+    # A round trip of records before every call costs more than the check is worth over TCP.
+    # Instead each data message of a call carries a stamp: the sender's record of the call and
+    # the set of ranks whose records it has matched (its own, and those of every stamp it
+    # accepted).  The ring and doubling algorithms pass stamps around until every rank has
+    # matched every other ("light" calls: no extra message at all); other calls also send
+    # their record to every rank and check all of them before returning.  At the first
+    # difference, seen by any rank, every rank exchanges full records, judges, drops what was
+    # sent ahead (flush) and raises alike, and the communicator stays usable.
+    def announce(self, seq: int, tag: int, record: bytes, full: bytes, light: bool, mismatched) -> None:
+        """Start call ``seq`` (data tag ``tag``): ``record`` (64 bytes) is what must agree, ``full``
+        adds this rank's error if it has one; ``mismatched()`` judges (and raises) once records differ."""
+        mesh, me = self.mesh, self.rank
+        self._seq, self._tag, self._own, self._full, self._light = seq, tag, record, full, light
+        self._mismatched = mismatched
+        self._mask = 1 << me
+        self._stamp = record + _MASK.pack(self._mask)
+        self.active = True
+        known_bad = mesh.begin(self.ctx + DATA, seq, tag, record)
+        if not light:
+            ctx, rtag = self.ctx + CTRL, _REC_BASE + tag
+            self._recs = [None if p == me else mesh.post(self.members[p], ctx, rtag, None, 0) for p in range(self.size)]
+            for p in range(self.size):
+                if p != me:
+                    mesh.send(self.members[p], ctx, rtag, None, len(full), full)
+        if known_bad or full is not record:
+            self._mismatch()
+
+    def finish(self) -> None:
+        """End of an announced call's data: returns when every rank's record matched."""
+        if self._light:
+            if self._mask != self._full_mask:
+                self._mismatch()
+        else:
+            for p, req in enumerate(self._recs):
+                if req is None:
+                    continue
+                try:
+                    self.mesh.wait(req)
+                except _Flushed:
+                    self._mismatch()
+                except Timeout:
+                    raise self._not_arrived(self._recs) from None
+                except RemoteError as exc:
+                    raise self._local(exc) from None
+                if req.data != self._full:
+                    self._mismatch()
+        self.active = False
+        self.mesh.end(self.ctx + DATA, self._tag)
+
+    def abandon(self) -> None:
+        """The call failed otherwise (timeout, dead peer, abort): forget its agreement."""
+        self.active = False
+        if self._tag is not None:
+            self.mesh.end(self.ctx + DATA, self._tag)
+
+    def _missing(self, exc: Timeout) -> Timeout:
+        """A wait of an announced call timed out: the peer it waited for may itself wait for
+        another; name the ranks that have not begun the call (asked now), if any."""
+        peers = [m for m in self.members if m != self.mesh.rank]
+        missing = [self.members.index(m) for m in self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)]
+        if not missing:
+            return self._local(exc)
+        who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        return Timeout(f"{exc.message}; {who} {'have' if len(missing) > 1 else 'has'} not made the call",
+                       rank=self.rank, missing_ranks=missing)
+
+    def _mismatch(self):
+        self.active = False
+        self._mismatched()  # raises
+        raise InternalError("the ranks' records of a call differ, yet their judgement passed", rank=self.rank)
+
+    def _not_arrived(self, reqs, what: str = "to make the call") -> Timeout:
+        missing = [p for p, r in enumerate(reqs) if r is not None and not r.done.is_set()]
+        limit = getattr(self.mesh._tl, "timeout", self.mesh.timeout)
+        return Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for "
+                       f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} {what}",
+                       rank=self.rank, missing_ranks=missing)
+
+    def records(self) -> list:
+        """Every member's full record of the failing call, in rank order (all ranks call this)."""
+        mesh, me, ctx, tag = self.mesh, self.rank, self.ctx + CTRL, _SLOW_BASE + self._tag
+        reqs = [None if p == me else mesh.post(self.members[p], ctx, tag, None, 0) for p in range(self.size)]
+        for p in range(self.size):
+            if p != me:
+                mesh.send(self.members[p], ctx, tag, None, len(self._full), self._full)
+        for req in reqs:
+            if req is not None:
+                try:
+                    mesh.wait(req)
+                except Timeout:
+                    raise self._not_arrived(reqs, "to report their call") from None
+                except RemoteError as exc:
+                    raise self._local(exc) from None
+        return [self._full if req is None else req.data for req in reqs]
+
+    def flush(self) -> None:
+        """After a judged mismatch (every member judges alike, and calls this): drop what was
+        sent ahead for the call, here and on the way, so the communicator stays usable."""
+        dctx, tag = self.ctx + DATA, self._tag
+        self.mesh.cancel(dctx, tag)
+        peers = [self.members[p] for p in range(self.size) if p != self.rank]
+        reqs = [self.mesh.post(m, dctx, _FLUSH_TAG, None, 0) for m in peers]
+        marker = _T.pack(tag)
+        for m in peers:  # after everything this rank sent for the call (one ordered stream per peer)
+            self.mesh.send(m, dctx, _FLUSH_TAG, None, len(marker), marker)
+        for req in reqs:  # each peer's marker: its reader dropped what came before it
+            try:
+                self.mesh.wait(req)
+            except (Timeout, RemoteError) as exc:
+                raise self._local(exc) from None
+        self.mesh.end(dctx, tag)
 
     # ------------------------------------------------- control (small, pickled)
     def _ctrl_tag(self) -> int:
@@ -724,8 +1019,8 @@ class _Kept:
         self._ring = None
         self._pos = 0  # bytes handed out so far (absolute)
         self._lock = threading.Lock()
-        self._index = [collections.OrderedDict() for _ in range(size)]  # msg id -> [ctx, tag, crc, start, n]
-        self._small = [collections.OrderedDict() for _ in range(size)]  # msg id -> (ctx, tag, crc, bytes)
+        self._index = [collections.OrderedDict() for _ in range(size)]  # msg id -> [ctx, tag, crc, start, n, stamp]
+        self._small = [collections.OrderedDict() for _ in range(size)]  # msg id -> (ctx, tag, crc, bytes, stamp)
         self._small_bytes = [0] * size
 
     def keep_small(self, peer, msg_id, record) -> None:
@@ -737,7 +1032,7 @@ class _Kept:
         while len(small) > 1024 or (self._small_bytes[peer] > self.budget // 16 and len(small) > 1):
             self._small_bytes[peer] -= len(small.popitem(last=False)[1][3])
 
-    def keep(self, peer, msg_id, ctx, tag, ptr, nbytes, data):
+    def keep(self, peer, msg_id, ctx, tag, ptr, nbytes, data, stamp):
         """Copy the payload into the ring: (view of the copy, its CRC); (None, 0) when it is too
         large to keep."""
         if nbytes > self.budget // 4:
@@ -756,7 +1051,7 @@ class _Kept:
             start = self._pos
             self._pos += nbytes
             index = self._index[peer]
-            index[msg_id] = rec = [ctx, tag, 0, start, nbytes]
+            index[msg_id] = rec = [ctx, tag, 0, start, nbytes, stamp]
             while index and self._pos - next(iter(index.values()))[3] > self.budget:
                 index.popitem(last=False)  # overwritten
         tmp = None
@@ -769,7 +1064,7 @@ class _Kept:
         return memoryview(self._ring)[off:off + nbytes], crc
 
     def get(self, peer, msg_id):
-        """(ctx, tag, crc, bytes) of a kept message, or None when it was overwritten."""
+        """(ctx, tag, crc, bytes, stamp) of a kept message, or None when it was overwritten."""
         small = self._small[peer].get(msg_id)
         if small is not None:
             return small
@@ -777,9 +1072,9 @@ class _Kept:
             rec = self._index[peer].get(msg_id)
             if rec is None or self._pos - rec[3] > self.budget:
                 return None
-            ctx, tag, crc, start, n = rec
+            ctx, tag, crc, start, n, stamp = rec
             off = start % self.budget
-            return ctx, tag, crc, bytes(self._ring[off:off + n])
+            return ctx, tag, crc, bytes(self._ring[off:off + n]), stamp
 
 
 class _RxState:

@@ -78,6 +78,12 @@ CASES = {
     "mismatched_root": (lambda c, bad: c.broadcast(f32(8), root=c.size - 1 if bad else 0), uniccl.InvalidUsage, "same"),
     "mismatched_collective": (lambda c, bad: c.all_gather(f32(1), f32(c.size)) if bad else c.all_reduce(f32(1)),
                               uniccl.InvalidUsage, "same"),
+    # a ring call (its agreement rides on the data over TCP) against a tree call (records up front)
+    "mismatched_ring_and_tree": (lambda c, bad: c.broadcast(f32(1 << 16), root=0) if bad else
+                                 c.all_reduce(f32(1 << 16)), uniccl.InvalidUsage, "same"),
+    # many chunks on the way when the difference is found: all dropped, the next call clean
+    "mismatched_op_large": (lambda c, bad: c.all_reduce(f32(1 << 20), op="max" if bad else "sum"),
+                            uniccl.InvalidUsage, "same"),
     "peer_out_of_range": (lambda c, bad: c.send(f32(8), c.size), uniccl.InvalidArgument, "same"),
     "send_to_self_outside_group": (lambda c, bad: c.send(f32(8), c.rank), uniccl.InvalidArgument, "same"),
     "recv_truncated": (lambda c, bad: _truncated(c, bad), uniccl.InvalidArgument, None),

@@ -24,6 +24,7 @@ try:
         y = x.copy()
         comm.all_reduce(y, timeout=20)
     row["equal"] = bool(np.array_equal(y.view(np.uint32), clean.view(np.uint32)))
+    comm.barrier(timeout=20)  # a peer may still ask this rank for a copy: stay until all are done
 except uniccl.UnicclError as exc:
     row.update(error=type(exc).__name__, message=str(exc)[:300], remote_rank=getattr(exc, "remote_rank", None))
 row.update(comm.stats(), injected=faults.injected if faults else None)
