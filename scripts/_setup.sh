@@ -20,6 +20,7 @@ need_system_tools() {
 }
 
 system_packages() {
+    browser_package
     # the SSH launcher tests need sshd, rsync and ip (network namespaces); they skip with the
     # reason when these cannot be had, so a failure here never stops the script
     local missing=()
@@ -42,6 +43,19 @@ system_packages() {
             openssh-server openssh-client rsync iproute2 >/dev/null; }; then
         echo "system_packages: apt-get failed (the SSH tests will skip)"
     fi
+    return 0
+}
+
+# browser_package: Debian's headless Chromium, in which the report test renders `uniccl report`'s
+# page and takes a screenshot (the test skips, saying why, when it cannot be had)
+browser_package() {
+    command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        echo "browser_package: cannot install chromium-headless-shell (the report screenshot test will skip)"
+        return 0
+    fi
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell \
+        fonts-dejavu-core >/dev/null; } || echo "browser_package: apt-get failed (the screenshot test will skip)"
     return 0
 }
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import socket
 import struct
 import sys
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -27,6 +29,9 @@ from . import _algorithms as alg
 from . import _device, _staged_reduce
 from . import _checks as chk
 from . import _faults, _group
+from . import _metrics, _status
+from . import _telemetry as _tel
+from . import _trace
 from ._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
 from ._executor import SerialExecutor, Work
 from . import _flight as _fl
@@ -171,6 +176,15 @@ class Communicator:
         self._destroyed = False
         self._pid = os.getpid()
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
+        self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
+        self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
+        self._telemetry = _tel.Telemetry(self.size) if _tel.enabled() else None  # UNICCL_TELEMETRY
+        if self._telemetry is not None:
+            _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus
+        _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
+        mesh = getattr(self._t, "mesh", None)
+        if mesh is not None and self._tracer is not None:
+            mesh.tracer = self._tracer  # spans per message
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             self._make_hierarchy(ids)
@@ -195,6 +209,8 @@ class Communicator:
         if self._destroyed:
             return
         self._executor.close()
+        if self._tracer is not None:
+            self._tracer.final.append(self.stats())  # written with the trace at exit
         with self._lock:
             self._destroyed = True
             self._scratch.free()
@@ -340,12 +356,19 @@ class Communicator:
         return Communicator._over(transport, self.platform, self.timeout, f"{self._name}.shrink{self._shrunk}")
 
     def stats(self) -> dict:
-        """Counters: calls made; over TCP also checksum failures, retransmissions asked for and
-        made (the job's connections, shared by its communicators)."""
-        out = {"rank": self.rank, "size": self.size, "platform": self.platform, "ops": self._seq}
+        """This rank's telemetry as a plain dict: per operation (``ops``: calls, bytes, seconds,
+        algbw/busbw in GB/s, p50/p99 latency, and the same per message-size bucket under
+        ``by_size``), per peer link over TCP (``links``: bytes and seconds sent and received,
+        retransmissions, checksum failures: the job's connections, shared by its
+        communicators), and the integrity counters."""
+        out = {"communicator": self._name, "rank": self.rank, "size": self.size, "platform": self.platform,
+               "host": socket.gethostname(), "pid": os.getpid(), "transport": self._tuner.transport,
+               "calls": self._seq, "telemetry": self._telemetry is not None,
+               "ops": _tel.summary(self._telemetry) if self._telemetry is not None else {}}
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None:
             out.update(mesh.stats)
+            out["links"] = {str(p): mesh.link_stats(m) for p, m in enumerate(self._t.members) if p != self.rank}
         if self._engine is not None and not self._engine.closed:
             out.update(self._engine.integrity)
         return out
@@ -353,6 +376,8 @@ class Communicator:
     # ----------------------------------------------------------------- plumbing
     def _call(self, name, planner, args, async_op, timeout=None):
         self._alive(name)
+        if self._faults is not None and self._faults.slow_for() and name not in ("send", "recv"):
+            time.sleep(self._faults.slow_for())  # UNICCL_FAULT_INJECT=slow=<s>: a straggler, late to each call
         entry = self._flight.enqueue(name, sys._getframe(2))  # the public method's caller
         self._staging.list = None
         try:
@@ -385,12 +410,30 @@ class Communicator:
             seq = None if plan.p2p else self._seq
             self._in_data = False  # point-to-point errors stay between the two ranks
             self._flight.started(plan.entry, seq, plan, threading.current_thread() is self._executor._thread)
+            tracer = self._tracer
+            t0 = time.perf_counter_ns() if tracer is None else time.time_ns()
             try:
                 result = plan.run(None) if plan.p2p else self._execute_locked(plan)
             except UnicclError as exc:
+                if self._telemetry is not None:
+                    self._telemetry.failure(plan.name)
                 raise self._failed(plan, seq, timeout, exc) from None
             self._flight.finished(plan.entry)
+            if self._telemetry is not None:
+                t1 = time.perf_counter_ns() if tracer is None else time.time_ns()
+                self._telemetry.record(plan.name, plan.nbytes, t1 - t0)
+                if tracer is not None:
+                    self._trace_call(plan, seq, t0, t1)
             return result
+
+    def _trace_call(self, plan: Plan, seq, t0: int, t1: int) -> None:
+        entry = plan.entry
+        path = entry[_fl.PATH] if entry is not None else ""
+        args = {"communicator": self._name, "seq": seq, "bytes": plan.nbytes,
+                "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip()}
+        if plan.p2p:
+            args["peer"] = plan.root
+        self._tracer.span(plan.name, "calls", t0, t1, args)
 
     def _set_timeout(self, timeout: float) -> None:
         if self._engine is not None:
@@ -963,7 +1006,7 @@ class Communicator:
         def run(_):
             finish(post())
             return buf
-        plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
+        plan = Plan(name, b.dtype, b.count, -1, peer, run, nbytes=b.nbytes, p2p=True)
         plan.post, plan.finish = post, finish
         return plan
 
@@ -983,7 +1026,7 @@ class Communicator:
             post()
             finish(None)
             return buf
-        plan = Plan(name, b.dtype, b.count, -1, peer, run, p2p=True)
+        plan = Plan(name, b.dtype, b.count, -1, peer, run, nbytes=b.nbytes, p2p=True)
         plan.post, plan.finish, plan.native = post, finish, self._native
         return plan
 

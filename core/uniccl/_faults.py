@@ -11,6 +11,8 @@
 - ``delay=P:S``: a received TCP message is held S seconds with probability P;
 - ``kill_at=N``: the process kills itself (SIGKILL) when it starts its N-th collective on a
   communicator (``kill_rank=R`` limits that to the job's rank R);
+- ``slow=S``: the process sleeps S seconds before each collective it starts, a straggler
+  (``slow_rank=R`` limits that to the job's rank R);
 - ``seed=S``: the draws are seeded with S and the rank, so a run repeats exactly.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Faults:
     def __init__(self, spec: str, rank: int):
         self.flip = self.shm_flip = self.drop = self.delay_p = self.delay_s = 0.0
         self.kill_at, self.kill_rank, seed = -1, -1, 0
+        self.slow_s, self.slow_rank = 0.0, -1
         for item in filter(None, (x.strip() for x in spec.split(","))):
             key, _, value = item.partition("=")
             try:
@@ -41,6 +44,10 @@ class Faults:
                     self.kill_at = int(value)
                 elif key == "kill_rank":
                     self.kill_rank = int(value)
+                elif key == "slow":
+                    self.slow_s = float(value)
+                elif key == "slow_rank":
+                    self.slow_rank = int(value)
                 elif key == "seed":
                     seed = int(value)
                 else:
@@ -77,6 +84,10 @@ class Faults:
             rng = self.rng(peer)
             i = rng.randrange(len(view))
             view[i] ^= 1 << rng.randrange(8)
+
+    def slow_for(self) -> float:
+        """Seconds to sleep before a collective (``slow``), 0 when this rank is not the slow one."""
+        return self.slow_s if self.slow_rank in (-1, self.rank) else 0.0
 
     def should_kill(self, seq: int) -> bool:
         return seq == self.kill_at and self.kill_rank in (-1, self.rank)

@@ -108,6 +108,10 @@ def main(args) -> int:
         if args.n is not None and args.n < 1:
             raise InvalidArgument(f"must be >= 1, got {args.n}", op="run", argument="-n")
         env = _user_env(args.env)
+        if "UNICCL_STATUS_DIR" not in env and "UNICCL_STATUS_DIR" not in os.environ:
+            from ._status import new_job_dir
+
+            env["UNICCL_STATUS_DIR"] = new_job_dir()  # the ranks' live status, for `uniccl top`
         if args.platforms:
             env["UNICCL_PLATFORMS"] = args.platforms
         argv = [args.program, *args.args]

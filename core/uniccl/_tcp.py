@@ -166,6 +166,12 @@ class Mesh:
         self._next_id = [0] * size
         self._rx = [_RxState() for _ in range(size)]
         self.stats = {"checksum_failures": 0, "retransmit_requests": 0, "retransmits": 0}
+        from ._telemetry import enabled
+
+        # per peer: bytes and ns sent, bytes and ns received, retransmissions sent, checksum failures
+        self.links = [[0, 0, 0, 0, 0, 0] for _ in range(size)] if enabled() else None
+        self.tracer = None  # uniccl._trace.Tracer under UNICCL_TRACE: a span per message
+        self.waiting = None  # (peer, since) of a wait in progress
         from ._faults import from_env
 
         self.faults = from_env(rank)
@@ -227,6 +233,21 @@ class Mesh:
             payload.stamp = stamp
             self._arrived(peer, ctx, tag, payload)
             return
+        tracer = self.tracer
+        if self.links is None and tracer is None:
+            return self._send(peer, ctx, tag, ptr, nbytes, data, stamp)
+        clock = time.perf_counter_ns if tracer is None else time.time_ns
+        t0 = clock()
+        self._send(peer, ctx, tag, ptr, nbytes, data, stamp)
+        t1 = clock()
+        if self.links is not None:
+            link = self.links[peer]
+            link[0] += nbytes
+            link[1] += t1 - t0
+        if tracer is not None and ctx & 3 != CTRL:
+            tracer.span("message", f"send to rank {peer}", t0, t1, {"bytes": nbytes, "tag": tag})
+
+    def _send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
         sock = self.socks[peer]
         try:
             with self.send_locks[peer]:
@@ -282,6 +303,8 @@ class Mesh:
                     return
                 ctx, tag, crc, body, stamp = kept
                 self.stats["retransmits"] += 1
+                if self.links is not None:
+                    self.links[peer][4] += 1
                 flags = _CHECKED | _RETRANSMIT | (_STAMPED if stamp else 0)
                 sock.sendall(_head(ctx, tag, len(body), crc, flags, msg_id, stamp))
                 sock.sendall(body)
@@ -488,14 +511,40 @@ class Mesh:
                     _recv_into(sock, memoryview(payload))
                     rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
                     continue
-                if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock) \
-                        and flags & _RETRANSMIT:
+                timed = self.links is not None or self.tracer is not None
+                if timed:
+                    clock = time.perf_counter_ns if self.tracer is None else time.time_ns
+                    t0 = clock()
+                ok = self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
+                if timed:
+                    self._received(peer, ctx, tag, n, t0, clock())
+                if ok and flags & _RETRANSMIT:
                     rx.awaiting = None
                     while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
                         *fields, payload = rx.held.popleft()
                         self._receive(peer, rx, *fields, payload=payload)
         except (OSError, ConnectionError) as exc:
             self._peer_lost(peer, exc, rx.current)
+
+    def _received(self, peer: int, ctx: int, tag: int, n: int, t0: int, t1: int) -> None:
+        """Telemetry and trace of one message read from ``peer`` (reader thread)."""
+        if self.links is not None:
+            link = self.links[peer]
+            link[2] += n
+            link[3] += t1 - t0
+        if self.tracer is not None and ctx & 3 != CTRL:
+            self.tracer.span("message", f"recv from rank {peer}", t0, t1, {"bytes": n, "tag": tag})
+
+    def link_stats(self, peer: int) -> dict:
+        """What crossed the connection to (job rank) ``peer``: bytes and seconds spent sending
+        (in sendall) and receiving (from a message's header to its last byte), bandwidths,
+        retransmissions sent to it and checksum failures of what came from it."""
+        if self.links is None:
+            return {}
+        tx_b, tx_ns, rx_b, rx_ns, resent, bad = self.links[peer]
+        return {"peer_host": self.table[peer]["hostname"], "sent_bytes": tx_b, "sent_seconds": tx_ns * 1e-9,
+                "send_GBps": tx_b / tx_ns if tx_ns else 0.0, "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9,
+                "recv_GBps": rx_b / rx_ns if rx_ns else 0.0, "retransmits": resent, "checksum_failures": bad}
 
     def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
                  stamp, sock=None, payload=None) -> bool:
@@ -572,6 +621,8 @@ class Mesh:
                 self._posted.setdefault(key, collections.deque()).appendleft(req)
         rx.tries = rx.tries + 1 if rx.awaiting == msg_id else 1
         self.stats["checksum_failures"] += 1
+        if self.links is not None:
+            self.links[peer][5] += 1
         if rx.tries > _MAX_RETRIES:
             self._unrecoverable(peer, rx, msg_id, f"failed its checksum {rx.tries} times")
             return False
@@ -685,7 +736,13 @@ class Mesh:
         if req is _SENT:
             return
         limit = getattr(self._tl, "timeout", self.timeout)
-        if not req.done.wait(limit or None):
+        if req.done.is_set():
+            ok = True
+        else:  # (peer, since): what `uniccl top` shows this rank waiting on
+            self.waiting = (req.peer, time.monotonic())
+            ok = req.done.wait(limit or None)
+            self.waiting = None
+        if not ok:
             who = self.where(req.peer) if req.peer >= 0 else "a peer"
             raise Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
                           rank=self.rank,
@@ -768,8 +825,9 @@ class TCPTransport:
             self.mesh.wait(req)
         except _Flushed:  # some rank found that the call's records differ: judge them here too
             self._mismatch()
-        except Timeout as exc:
-            raise (self._missing(exc) if self.active else self._local(exc)) from None
+        except Timeout as exc:  # this rank's own (a peer's verdict, told to it, names the ranks already)
+            own = self.active and exc.extra.get("remote_rank") is None
+            raise (self._missing(exc) if own else self._local(exc)) from None
         except RemoteError as exc:
             raise self._local(exc) from None
         if self.active and req is not _SENT:  # data is used only once its stamp matches (see announce)

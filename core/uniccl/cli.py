@@ -1,4 +1,4 @@
-"""The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``, ``doctor``."""
+"""The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``, ``doctor``, ``report``, ``top``, ``trace``."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,7 @@ def _info(args) -> int:
 
 def main(argv=None) -> int:
     from . import _bench
-    from . import _doctor, _examples, _run
+    from . import _doctor, _examples, _report, _run, _top, _trace
 
     parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +39,15 @@ def main(argv=None) -> int:
     p = sub.add_parser("doctor", help="line up the ranks' flight-recorder dumps; print the first divergence")
     _doctor.add_arguments(p)
     p.set_defaults(func=_doctor.main)
+    p = sub.add_parser("report", help="one HTML page with plots and findings from a job's traces and stats")
+    _report.add_arguments(p)
+    p.set_defaults(func=_report.main)
+    p = sub.add_parser("top", help="live view of a running job: per rank its call, bandwidth, what it waits on")
+    _top.add_arguments(p)
+    p.set_defaults(func=_top.main)
+    p = sub.add_parser("trace", help="traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline")
+    _trace.add_arguments(p)
+    p.set_defaults(func=_trace.main)
     args = parser.parse_args(argv)
     return args.func(args)
 

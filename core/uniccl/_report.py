@@ -1,0 +1,295 @@
+"""``uniccl report DIR -o report.html``: one self-contained HTML page (plots embedded as PNG,
+no network needed) from what a job left in DIR — traces and stats (``UNICCL_TRACE=DIR``) and
+any ``uniccl bench --json`` files there or given with ``--bench``:
+
+- findings in words: the slowest rank (the one the others wait for at the start of their
+  collectives) and the slowest link;
+- a per-rank timeline of the calls, on rank 0's clock;
+- a rank x rank bandwidth heatmap of the TCP links (receiver's view);
+- bus bandwidth against message size per collective (telemetry, and bench rows);
+- the topology: hosts, ranks, platform, transport, the algorithms the calls took.
+
+``--png DIR`` also writes each plot as a PNG file.  Needs matplotlib (``uniccl[report]``).
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import io
+import json
+import os
+import statistics
+import sys
+
+
+_COLORS = {"all_reduce": "#3366cc", "broadcast": "#dc3912", "reduce": "#ff9900", "all_gather": "#109618",
+           "reduce_scatter": "#990099", "all_to_all": "#0099c6", "gather": "#dd4477", "scatter": "#66aa00",
+           "barrier": "#888888", "send": "#b82e2e", "recv": "#316395"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("dir", help="the job's UNICCL_TRACE directory")
+    p.add_argument("-o", "--output", default="report.html", help="the HTML file (default report.html)")
+    p.add_argument("--png", metavar="DIR", help="also write the plots as PNG files there")
+    p.add_argument("--bench", action="append", default=[], metavar="FILE",
+                   help="uniccl bench --json output to plot too (repeatable; *.bench.json in DIR are read)")
+
+
+# ------------------------------------------------------------------ loading
+def load(path: str, bench_files=()) -> dict:
+    traces = {}
+    for f in glob.glob(os.path.join(path, "uniccl-trace-r*.json")):
+        with open(f) as fh:
+            doc = json.load(fh)
+        meta = doc.get("otherData", {})
+        shift = float(meta.get("clock_offset_us", 0.0))
+        spans = [dict(e, ts=e["ts"] - shift) for e in doc["traceEvents"] if e.get("ph") == "X"]
+        traces[int(meta.get("rank", len(traces)))] = {"meta": meta, "spans": spans}
+    stats = {}
+    for f in glob.glob(os.path.join(path, "uniccl-stats-r*.json")):
+        with open(f) as fh:
+            doc = json.load(fh)
+        stats[int(doc["rank"])] = doc["comms"]
+    bench = []
+    for f in list(bench_files) + sorted(glob.glob(os.path.join(path, "*.bench.json"))):
+        with open(f) as fh:
+            bench += json.load(fh)
+    if not traces and not stats and not bench:
+        raise FileNotFoundError(f"nothing to report in {path}: no uniccl-trace-r*.json, uniccl-stats-r*.json "
+                                "or *.bench.json (run the job with UNICCL_TRACE={path})")
+    return {"traces": traces, "stats": stats, "bench": bench}
+
+
+def _world_stats(stats: dict) -> dict:
+    """rank -> the stats of its first communicator (the world)."""
+    return {r: comms[0] for r, comms in stats.items() if comms}
+
+
+# ------------------------------------------------------------------ findings
+def slowest_rank(traces: dict) -> dict | None:
+    """The rank that starts collectives last, measured over every collective all ranks traced:
+    how often it was last and how long after the first rank, on average."""
+    starts: dict = {}
+    for rank, t in traces.items():
+        for e in t["spans"]:
+            a = e.get("args", {})
+            if e["name"] not in ("send", "recv", "message") and a.get("seq") is not None \
+                    and a.get("communicator") == "world":
+                starts.setdefault(a["seq"], {})[rank] = e["ts"]
+    full = [s for s in starts.values() if len(s) == len(traces)]
+    if len(traces) < 2 or not full:
+        return None
+    late = {r: [] for r in traces}
+    last = {r: 0 for r in traces}
+    for s in full:
+        first = min(s.values())
+        for r, ts in s.items():
+            late[r].append(ts - first)
+        last[max(s, key=s.get)] += 1
+    rank = max(late, key=lambda r: statistics.mean(late[r]))
+    others = [statistics.mean(v) for r, v in late.items() if r != rank]
+    return {"rank": rank, "calls": len(full), "last_share": last[rank] / len(full),
+            "mean_late_ms": statistics.mean(late[rank]) / 1e3,
+            "others_late_ms": statistics.mean(others) / 1e3 if others else 0.0,
+            "host": traces[rank]["meta"].get("host"), "pid": traces[rank]["meta"].get("pid")}
+
+
+MIN_LINK_BYTES = 1 << 20
+
+
+def link_matrix(stats: dict):
+    """(size, matrix[src][dst] GB/s or None) from the receivers' link stats; links that carried
+    less than 1 MiB or 1/20 of the busiest one are left out (no bandwidth to speak of)."""
+    world = _world_stats(stats)
+    if not world:
+        return 0, []
+    n = max(s["size"] for s in world.values())
+    m = [[None] * n for _ in range(n)]
+    links = [(int(src), dst, link) for dst, s in world.items() for src, link in (s.get("links") or {}).items()]
+    busiest = max((link.get("recv_bytes", 0) for _, _, link in links), default=0)
+    for src, dst, link in links:  # links that carried data, not only a few control messages
+        if link.get("recv_seconds") and link["recv_bytes"] >= max(MIN_LINK_BYTES, busiest / 20):
+            m[src][dst] = link["recv_bytes"] / link["recv_seconds"] / 1e9
+    return n, m
+
+
+def slowest_link(stats: dict) -> dict | None:
+    n, m = link_matrix(stats)
+    cells = [(m[s][d], s, d) for s in range(n) for d in range(n) if m and m[s][d] is not None]
+    if len(cells) < 2:
+        return None
+    bw, s, d = min(cells)
+    return {"src": s, "dst": d, "GBps": bw, "median_GBps": statistics.median(c[0] for c in cells)}
+
+
+def findings(data: dict) -> list[str]:
+    out = []
+    slow = slowest_rank(data["traces"])
+    if slow is not None:
+        out.append(f"Slowest rank: rank {slow['rank']} ({slow['host']}, pid {slow['pid']}) started "
+                   f"{slow['last_share']:.0%} of {slow['calls']} collectives last, on average "
+                   f"{slow['mean_late_ms']:.2f} ms after the first rank (the others: "
+                   f"{slow['others_late_ms']:.2f} ms) — the others wait for it.")
+    link = slowest_link(data["stats"])
+    if link is not None:
+        out.append(f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
+                   f"(median link {link['median_GBps']:.3f} GB/s).")
+    for r, s in sorted(_world_stats(data["stats"]).items()):
+        bad = sum(link.get("retransmits", 0) + link.get("checksum_failures", 0) for link in (s.get("links") or {}).values())
+        if bad:
+            out.append(f"Rank {r}: {bad} retransmissions or checksum failures on its links.")
+    return out or ["No rank or link stands out."]
+
+
+# ------------------------------------------------------------------ plots
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_timeline(data: dict, slow=None, last: int = 60):
+    import matplotlib.pyplot as plt
+
+    traces = data["traces"]
+    if not traces:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 0.5 + 0.55 * len(traces)))
+    calls = {r: [e for e in t["spans"] if e["name"] in _COLORS and e.get("tid") == 1] for r, t in traces.items()}
+    t0 = min((e["ts"] for c in calls.values() for e in c[-last:]), default=0.0)
+    seen = set()
+    for r, c in calls.items():
+        for e in c[-last:]:
+            color = _COLORS.get(e["name"], "#999999")
+            ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"] / 1e3, 0.01))], (r - 0.4, 0.8), facecolors=color,
+                           label=e["name"] if e["name"] not in seen else None)
+            seen.add(e["name"])
+    ax.set_yticks(sorted(traces))
+    ax.set_yticklabels([f"rank {r}" + (" (slowest)" if slow and slow["rank"] == r else "") for r in sorted(traces)])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (rank 0's clock)")
+    ax.set_title(f"Calls per rank (the last {last})")
+    ax.legend(loc="upper right", fontsize=8, ncol=4)
+    return _png(fig)
+
+
+def plot_heatmap(data: dict):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n, m = link_matrix(data["stats"])
+    if not n or all(v is None for row in m for v in row):
+        return None
+    arr = np.array([[np.nan if v is None else v for v in row] for row in m])
+    fig, ax = plt.subplots(figsize=(1.6 + 0.7 * n, 1.2 + 0.6 * n))
+    im = ax.imshow(arr, cmap="viridis")
+    for s in range(n):
+        for d in range(n):
+            if not np.isnan(arr[s, d]):
+                ax.text(d, s, f"{arr[s, d]:.2f}", ha="center", va="center", color="w", fontsize=8)
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xlabel("to rank")
+    ax.set_ylabel("from rank")
+    ax.set_title("Link bandwidth, GB/s (TCP, as received)")
+    fig.colorbar(im, ax=ax)
+    return _png(fig)
+
+
+def plot_busbw(data: dict):
+    import matplotlib.pyplot as plt
+
+    series = {}
+    for r, s in _world_stats(data["stats"]).items():
+        for op, o in s.get("ops", {}).items():
+            for e in o.get("by_size", {}).values():
+                if e["calls"] and e["mean_bytes"] > 0:
+                    series.setdefault(f"{op} (telemetry)", {}).setdefault(e["mean_bytes"], []).append(e["busbw_GBps"])
+    for row in data["bench"]:
+        bw = row.get("oop_busbw")
+        if bw is not None:
+            series.setdefault(f"{row['collective']} (bench)", {}).setdefault(row["size"], []).append(bw)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, pts in sorted(series.items()):
+        xs = sorted(pts)
+        ax.plot(xs, [statistics.median(pts[x]) for x in xs], marker="o",
+                color=_COLORS.get(name.split(" ")[0]), linestyle="-" if "bench" in name else "--", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("Bus bandwidth vs message size (median over ranks)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+# ------------------------------------------------------------------ page
+def topology(data: dict) -> str:
+    world = _world_stats(data["stats"])
+    paths = {}
+    for t in data["traces"].values():
+        for e in t["spans"]:
+            a = e.get("args", {})
+            if a.get("path") and e["name"] in _COLORS:
+                paths.setdefault(e["name"], set()).add(a["path"])
+    rows = "".join(f"<tr><td>{r}</td><td>{html.escape(str(s.get('host')))}</td><td>{s.get('pid')}</td>"
+                   f"<td>{html.escape(str(s.get('platform')))}</td><td>{html.escape(str(s.get('transport')))}</td>"
+                   f"<td>{s.get('calls')}</td></tr>" for r, s in sorted(world.items()))
+    algos = "".join(f"<li><b>{html.escape(op)}</b>: {html.escape(', '.join(sorted(p)))}</li>"
+                    for op, p in sorted(paths.items()))
+    hosts = {}
+    for r, s in world.items():
+        hosts.setdefault(s.get("host"), []).append(r)
+    host_line = "; ".join(f"{html.escape(str(h))}: ranks {', '.join(map(str, sorted(rs)))}" for h, rs in hosts.items())
+    return (f"<p>{len(world)} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)} — {host_line}</p>"
+            "<table><tr><th>rank</th><th>host</th><th>pid</th><th>platform</th><th>transport</th><th>calls</th></tr>"
+            f"{rows}</table><p>Paths the calls took (transport, algorithm):</p><ul>{algos or '<li>-</li>'}</ul>")
+
+
+def build(path: str, bench_files=(), png_dir: str | None = None) -> str:
+    data = load(path, bench_files)
+    slow = slowest_rank(data["traces"])
+    plots = [("timeline", "Timeline", plot_timeline(data, slow)), ("heatmap", "Links", plot_heatmap(data)),
+             ("busbw", "Bandwidth", plot_busbw(data))]
+    parts = []
+    for key, title, png in plots:
+        if png is None:
+            parts.append(f"<h2>{title}</h2><p>(no data for this plot: "
+                         f"{'no TCP links measured' if key == 'heatmap' else 'nothing recorded'})</p>")
+            continue
+        if png_dir:
+            os.makedirs(png_dir, exist_ok=True)
+            with open(os.path.join(png_dir, f"{key}.png"), "wb") as f:
+                f.write(png)
+        parts.append(f"<h2>{title}</h2><img id='{key}' alt='{key}' src='data:image/png;base64,"
+                     f"{base64.b64encode(png).decode()}'>")
+    found = "".join(f"<li>{html.escape(s)}</li>" for s in findings(data))
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>uniccl report</title>
+<style>body{{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;max-width:1100px}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}
+.findings{{background:#fff4e5;border-left:4px solid #f90;padding:8px 16px}}img{{max-width:100%}}</style>
+</head><body><h1>uniccl report</h1><p>{html.escape(os.path.abspath(path))}</p>
+<div class="findings"><h2>Findings</h2><ul id="findings">{found}</ul></div>
+{''.join(parts)}<h2>Topology</h2>{topology(data)}</body></html>"""
+
+
+def main(args) -> int:
+    try:
+        page = build(args.dir, args.bench, args.png)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"uniccl report: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"uniccl report: {exc} (pip install 'uniccl[report]')", file=sys.stderr)
+        return 2
+    with open(args.output, "w") as f:
+        f.write(page)
+    print(args.output)
+    return 0

@@ -1,0 +1,116 @@
+"""Live status files for ``uniccl top``: with ``UNICCL_STATUS_DIR`` set (``uniccl run`` sets it
+for every job, under ``/tmp/uniccl-<uid>/jobs/``), each process rewrites
+``<dir>/rank-<rank>.json`` twice a second from a background thread: the call each of its
+communicators is in (operation, sequence number, for how long), calls done, bus bandwidth,
+the peer a TCP wait is waiting on, retransmissions.  Nothing runs on the call path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import weakref
+
+from . import _flight as _fl
+from . import _telemetry as _tel
+
+INTERVAL = 0.5
+_writer = None
+_lock = threading.Lock()
+
+
+def directory() -> str | None:
+    return os.environ.get("UNICCL_STATUS_DIR") or None
+
+
+def jobs_root() -> str:
+    return os.path.join(tempfile.gettempdir(), f"uniccl-{os.getuid()}", "jobs")
+
+
+def new_job_dir(keep: int = 20) -> str:
+    """A fresh directory for one job's status files (made by the launcher); the oldest beyond
+    the newest ``keep`` are removed."""
+    import shutil
+
+    root = jobs_root()
+    path = os.path.join(root, time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+    os.makedirs(path, exist_ok=True)
+    old = sorted((d for d in os.listdir(root) if d != os.path.basename(path)),
+                 key=lambda d: os.path.getmtime(os.path.join(root, d)))
+    for d in old[:max(0, len(old) - keep + 1)]:
+        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    return path
+
+
+def watch(comm) -> None:
+    """Include ``comm`` in this process's status file (started with the first communicator)."""
+    global _writer
+    path = directory()
+    if path is None:
+        return
+    with _lock:
+        if _writer is None:
+            _writer = _Writer(path, comm.rank)
+            threading.Thread(target=_writer.run, daemon=True, name="uniccl-status").start()
+        _writer.comms.append(weakref.ref(comm))
+
+
+class _Writer:
+    def __init__(self, path: str, rank: int):
+        self.path, self.rank = path, rank
+        self.comms: list = []
+        self.prev: dict = {}  # communicator name -> (time, bus bytes) at the last write
+
+    def run(self) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        target = os.path.join(self.path, f"rank-{self.rank}.json")
+        while True:
+            try:
+                doc = self.snapshot()
+                tmp = f"{target}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump(doc, f)
+                os.replace(tmp, target)
+            except Exception:  # a status file is never worth failing the job for
+                pass
+            time.sleep(INTERVAL)
+
+    def snapshot(self) -> dict:
+        now = time.time()
+        comms = []
+        for ref in list(self.comms):
+            c = ref()
+            if c is None:
+                continue
+            comms.append(self._comm(c, now))
+        return {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "time": now, "comms": comms}
+
+    def _comm(self, c, now: float) -> dict:
+        out = {"name": c._name, "rank": c.rank, "size": c.size, "transport": c._tuner.transport,
+               "calls": c._seq, "destroyed": c._destroyed}
+        entries = c._flight.entries
+        last = entries[-1] if entries else None
+        if last is not None:
+            state = last[_fl.STATE]
+            out["op"], out["seq"], out["state"] = last[_fl.OP], last[_fl.SEQ], state
+            since = last[_fl.T_START] if state == "started" else last[_fl.T_END] or last[_fl.T_ENQ]
+            out["for_s"] = max(0.0, now - since) if since else None
+            if last[_fl.ERROR]:
+                out["error"] = last[_fl.ERROR]
+        t = c._telemetry
+        if t is not None:  # bus bytes moved since the last write, over the time since then
+            bus = sum(s[1] * _tel.bus_factor(op, c.size) for (op, _), s in list(t.ops.items()))
+            t0, b0 = self.prev.get(id(c), (now, bus))
+            self.prev[id(c)] = (now, bus)
+            out["busbw_GBps"] = (bus - b0) / (now - t0) / 1e9 if now > t0 else 0.0
+        mesh = getattr(c._t, "mesh", None)
+        if mesh is not None:
+            out["retransmits"] = mesh.stats["retransmits"] + mesh.stats["retransmit_requests"]
+            waiting = mesh.waiting
+            if waiting is not None and waiting[0] in c._t.members:
+                out["waiting_on"] = c._t.members.index(waiting[0])
+                out["waiting_s"] = max(0.0, time.monotonic() - waiting[1])
+        return out

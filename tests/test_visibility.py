@@ -1,0 +1,203 @@
+"""Visibility: telemetry in comm.stats(), traces merged onto one timeline, Prometheus metrics
+scraped from a running job (real processes under ``uniccl run``)."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from _launch import WORKERS
+
+VIS = str(WORKERS / "visibility.py")
+
+
+def launch(n, *args, env=None, wait=True):
+    cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), VIS, *args]
+    env = dict(os.environ, **(env or {}))
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stats_count_every_call(transport):
+    res = launch(3, "stats", env={"UNICCL_TRANSPORT": transport})
+    rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        ops = r["ops"]
+        ar = ops["all_reduce"]
+        assert ar["calls"] == 7 and ar["bytes"] == 7 * 4 * (1 << 16) and ar["failed"] == 0
+        assert ar["busbw_GBps"] == pytest.approx(ar["algbw_GBps"] * 2 * 2 / 3)  # 2(n-1)/n
+        assert 0 < ar["p50_us"] <= ar["p99_us"] and ar["seconds"] > 0
+        assert list(ar["by_size"]) == ["<512KiB"]  # 256 KiB messages
+        assert ops["broadcast"]["calls"] == 3 and ops["broadcast"]["bytes"] == 3 * 16
+        assert ops["all_gather"]["calls"] == 1 and ops["all_gather"]["bytes"] == 16 * 3
+        assert r["transport"] == transport and r["calls"] == 11
+        if transport == "tcp":  # the links carried the all_reduces: ring, 2(n-1)/n of 256 KiB per call
+            sent = sum(link["sent_bytes"] for link in r["links"].values())
+            assert sent >= 7 * 2 * 2 / 3 * 4 * (1 << 16)
+            assert all(link["send_GBps"] > 0 for link in r["links"].values())
+
+
+def test_telemetry_off():
+    res = launch(2, "stats", env={"UNICCL_TELEMETRY": "0"})
+    for r in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")):
+        assert r["telemetry"] is False and r["ops"] == {} and r["calls"] == 11
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_traces_merge_onto_one_timeline(transport, tmp_path):
+    launch(3, "stats", env={"UNICCL_TRANSPORT": transport, "UNICCL_TRACE": str(tmp_path)})
+    files = sorted(glob.glob(str(tmp_path / "uniccl-trace-r*.json")))
+    assert len(files) == 3 and len(glob.glob(str(tmp_path / "uniccl-stats-r*.json"))) == 3
+    out = subprocess.run([sys.executable, "-m", "uniccl", "trace", "merge", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    merged = json.load(open(out.stdout.strip()))
+    calls = [e for e in merged["traceEvents"] if e.get("ph") == "X" and e["name"] == "all_reduce"]
+    assert sorted(e["pid"] for e in calls) == [0] * 7 + [1] * 7 + [2] * 7
+    rtt = max(r["clock_rtt_us"] for r in merged["otherData"]["ranks"])
+    for seq in {e["args"]["seq"] for e in calls}:  # a collective's spans overlap on every rank
+        spans = [e for e in calls if e["args"]["seq"] == seq]
+        assert len(spans) == 3 and spans[0]["args"]["bytes"] == 4 * (1 << 16)
+        assert max(e["ts"] for e in spans) <= min(e["ts"] + e["dur"] for e in spans) + rtt + 50
+    messages = [e for e in merged["traceEvents"] if e.get("name") == "message"]
+    if transport == "tcp":
+        assert {e["pid"] for e in messages} == {0, 1, 2} and all(e["args"]["bytes"] > 0 for e in messages)
+    tracks = {e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "thread_name"}
+    assert "calls" in tracks
+
+
+def test_prometheus_metrics_from_a_running_job(tmp_path):
+    pytest.importorskip("prometheus_client")
+    base = 20000 + os.getpid() % 20000
+    proc = launch(2, "serve", str(tmp_path), env={"UNICCL_METRICS_PORT": str(base), "UNICCL_TRANSPORT": "tcp"},
+                  wait=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.05)
+        for rank in range(2):
+            text = urllib.request.urlopen(f"http://127.0.0.1:{base + rank}/metrics", timeout=10).read().decode()
+            line = re.search(r'uniccl_calls_total\{communicator="world",op="all_reduce",rank="%d",size="<512KiB"\} '
+                             r'(\S+)' % rank, text)
+            assert line and float(line.group(1)) == 7.0, text[-2000:]
+            assert re.search(r'uniccl_call_latency_seconds_bucket\{[^}]*le="\+Inf",op="all_reduce"[^}]*\} 7\.0', text)
+            assert re.search(r'uniccl_link_sent_bytes_total\{peer="%d",rank="%d"\} [1-9]' % (1 - rank, rank), text)
+    finally:
+        (tmp_path / "done").touch()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+
+
+def test_top_shows_every_rank_of_a_running_job(tmp_path):
+    """`uniccl top` in a pseudo-terminal against a 4-rank job whose last rank is slow."""
+    import pty  # noqa: F401  (POSIX pseudo-terminals: os.openpty)
+    import select
+
+    status = tmp_path / "status"
+    proc = launch(4, "loop", str(tmp_path), env={"UNICCL_STATUS_DIR": str(status), "UNICCL_TRANSPORT": "tcp"},
+                  wait=False)
+    try:
+        deadline = time.monotonic() + 60
+        while len(glob.glob(str(status / "rank-*.json"))) < 4:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        time.sleep(1.5)  # a few calls made: bandwidths and waits to show
+        master, slave = os.openpty()
+        top = subprocess.Popen([sys.executable, "-m", "uniccl", "top", str(status), "--interval", "0.5",
+                                "--count", "6"], stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        out = b""
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal's other side closed: top exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif top.poll() is not None:
+                break
+        top.wait(timeout=30)
+        os.close(master)
+    finally:
+        (tmp_path / "done").touch()
+        proc.wait(timeout=60)
+    assert top.returncode == 0, out.decode(errors="replace")[-2000:]
+    screens = out.decode(errors="replace").replace("\r\n", "\n").split("\x1b[H\x1b[2J")
+    assert len(screens) >= 6
+    last = screens[-1]
+    for r in range(4):  # every rank's row: rank, host, pid, and the all_reduce it is in or made
+        assert re.search(r"^\s*%d\s+\S+\s+\d+\s+(done |FAILED )?all_reduce #\d+" % r, last, re.M), last
+    assert any("rank 3" in s and "behind" in s for s in screens), screens[-1]  # the slow rank, named
+
+
+def _browser():
+    import shutil
+
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+def test_report_names_the_slowed_rank_and_renders_in_chromium(tmp_path):
+    """A 4-rank TCP job whose rank 2 starts every collective 20 ms late (the fault injector's
+    straggler): the report names rank 2, and headless Chromium draws the page with its plots."""
+    pytest.importorskip("matplotlib")
+    trace = tmp_path / "trace"
+    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "4", VIS, "report"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, UNICCL_TRANSPORT="tcp", UNICCL_TRACE=str(trace),
+                                  UNICCL_FAULT_INJECT="slow=0.02,slow_rank=2"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    page = tmp_path / "report.html"
+    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png",
+                          str(tmp_path / "png")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    findings = re.search(r'<ul id="findings">(.*?)</ul>', text).group(1)
+    assert "Slowest rank: rank 2 " in findings, findings
+    assert "network" not in text and "http" not in text.replace("http://www.w3.org", "")  # self-contained
+    assert sorted(os.listdir(tmp_path / "png")) == ["busbw.png", "heatmap.png", "timeline.png"]
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no headless Chromium (Debian's chromium-headless-shell; scripts/_setup.sh installs it)")
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([browser, "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
+                          "--window-size=1200,2400", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists(), run.stderr[-2000:]
+    import matplotlib.image
+    import numpy as np
+
+    img = (matplotlib.image.imread(str(shot))[:, :, :3] * 255).astype(int)
+    assert img.shape[:2] == (2400, 1200)
+    colors = img.reshape(-1, 3)
+    blue = np.all(np.abs(colors - [0x33, 0x66, 0xCC]) < 12, axis=1).sum()  # the all_reduce bars of the timeline
+    assert blue > 2000, blue  # the embedded plots were drawn, not just the text
+    assert len(np.unique(colors // 16, axis=0)) > 100  # a heatmap's and plots' worth of colours
+
+
+def test_debug_file_per_rank(tmp_path):
+    """UNICCL_DEBUG=INFO with UNICCL_DEBUG_FILE: one file per rank, %h %p %r expanded."""
+    import socket
+
+    launch(2, "stats", env={"UNICCL_DEBUG": "INFO", "UNICCL_DEBUG_FILE": str(tmp_path / "uc.%h.%p.%r.log")})
+    files = sorted(os.listdir(tmp_path))
+    assert len(files) == 2, files
+    host = socket.gethostname()
+    for f in files:
+        m = re.fullmatch(r"uc\.(.+)\.(\d+)\.(\d)\.log", f)
+        assert m and m.group(1) == host, f
+        text = (tmp_path / f).read_text()
+        assert f"[{m.group(3)}] uniccl INFO" in text and "transport" in text, text[:500]
