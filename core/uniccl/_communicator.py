@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import zlib
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -411,7 +412,7 @@ class Communicator:
             self._in_data = False  # point-to-point errors stay between the two ranks
             self._flight.started(plan.entry, seq, plan, threading.current_thread() is self._executor._thread)
             tracer = self._tracer
-            t0 = time.perf_counter_ns() if tracer is None else time.time_ns()
+            t0 = perf_counter_ns() if tracer is None else time.time_ns()
             try:
                 result = plan.run(None) if plan.p2p else self._execute_locked(plan)
             except UnicclError as exc:
@@ -420,7 +421,7 @@ class Communicator:
                 raise self._failed(plan, seq, timeout, exc) from None
             self._flight.finished(plan.entry)
             if self._telemetry is not None:
-                t1 = time.perf_counter_ns() if tracer is None else time.time_ns()
+                t1 = perf_counter_ns() if tracer is None else time.time_ns()
                 self._telemetry.record(plan.name, plan.nbytes, t1 - t0)
                 if tracer is not None:
                     self._trace_call(plan, seq, t0, t1)

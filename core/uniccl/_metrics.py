@@ -102,13 +102,13 @@ class _Collector:
             if comm is None or comm._destroyed or comm._telemetry is None:
                 continue
             t, name, rank = comm._telemetry, comm._name, str(comm.rank)
-            for (op, k), (n, b, ns, hist) in list(t.ops.items()):
+            for (op, k), st in list(t.ops.items()):
                 lv = [name, rank, op, _tel.size_label(k)]
-                calls.add_metric(lv, n)
-                nbytes.add_metric(lv, b)
-                seconds.add_metric(lv, ns / 1e9)
-                buckets, _ = _histogram(hist)
-                latency.add_metric(lv, buckets, ns / 1e9)
+                calls.add_metric(lv, st.calls)
+                nbytes.add_metric(lv, st.nbytes)
+                seconds.add_metric(lv, st.ns / 1e9)
+                buckets, _ = _histogram(st.histogram())
+                latency.add_metric(lv, buckets, st.ns / 1e9)
             for op, n in list(t.failed.items()):
                 failed.add_metric([name, rank, op], n)
             mesh = getattr(comm._t, "mesh", None)

@@ -102,7 +102,7 @@ class _Writer:
                 out["error"] = last[_fl.ERROR]
         t = c._telemetry
         if t is not None:  # bus bytes moved since the last write, over the time since then
-            bus = sum(s[1] * _tel.bus_factor(op, c.size) for (op, _), s in list(t.ops.items()))
+            bus = sum(s.nbytes * _tel.bus_factor(op, c.size) for (op, _), s in list(t.ops.items()))
             t0, b0 = self.prev.get(id(c), (now, bus))
             self.prev[id(c)] = (now, bus)
             out["busbw_GBps"] = (bus - b0) / (now - t0) / 1e9 if now > t0 else 0.0
