@@ -27,27 +27,17 @@ def main(argv=None) -> int:
     p.add_argument("--all-ranks", action="store_true", help="under a launcher (uniccl run -n 4 uniccl info "
                    "--all-ranks): one row per rank with host, platform and device, printed by rank 0")
     p.set_defaults(func=_info)
-    p = sub.add_parser("bench", help="nccl-tests style collective benchmark")
-    _bench.add_arguments(p)
-    p.set_defaults(func=_bench.main)
-    p = sub.add_parser("run", help="launch a job: local, mpi, ssh or slurm launcher")
-    _run.add_arguments(p)
-    p.set_defaults(func=_run.main)
-    p = sub.add_parser("examples", help="run examples/*.py under the launcher; one log each, a summary table")
-    _examples.add_arguments(p)
-    p.set_defaults(func=_examples.main)
-    p = sub.add_parser("doctor", help="line up the ranks' flight-recorder dumps; print the first divergence")
-    _doctor.add_arguments(p)
-    p.set_defaults(func=_doctor.main)
-    p = sub.add_parser("report", help="one HTML page with plots and findings from a job's traces and stats")
-    _report.add_arguments(p)
-    p.set_defaults(func=_report.main)
-    p = sub.add_parser("top", help="live view of a running job: per rank its call, bandwidth, what it waits on")
-    _top.add_arguments(p)
-    p.set_defaults(func=_top.main)
-    p = sub.add_parser("trace", help="traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline")
-    _trace.add_arguments(p)
-    p.set_defaults(func=_trace.main)
+    for name, module, what in (
+            ("bench", _bench, "nccl-tests style collective benchmark"),
+            ("run", _run, "launch a job: local, mpi, ssh or slurm launcher"),
+            ("examples", _examples, "run examples/*.py under the launcher; one log each, a summary table"),
+            ("doctor", _doctor, "line up the ranks' flight-recorder dumps; print the first divergence"),
+            ("report", _report, "one HTML page with plots and findings from a job's traces and stats"),
+            ("top", _top, "live view of a running job: per rank its call, bandwidth, what it waits on"),
+            ("trace", _trace, "traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline")):
+        p = sub.add_parser(name, help=what)
+        module.add_arguments(p)
+        p.set_defaults(func=module.main)
     args = parser.parse_args(argv)
     return args.func(args)
 
