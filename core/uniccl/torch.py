@@ -1,0 +1,239 @@
+"""torch.distributed backend "uniccl": one line to switch.
+
+    import uniccl.torch                      # registers the backend (needs torch: uniccl[torch])
+    torch.distributed.init_process_group("uniccl")   # torchrun, env://, tcp://, a TCPStore
+
+The backend is a Python ``ProcessGroup`` over a :class:`uniccl.Communicator`, bootstrapped
+through torch's own store (rank 0 puts a :func:`uniccl.get_unique_id` there).  Tensors go to
+uniccl as they are (zero-copy through the buffer protocol / DLPack); a non-contiguous tensor
+is copied to a contiguous one and back.  Collectives run synchronously in the calling
+thread; each returns a completed ``Work`` whose future holds the output tensors (what DDP's
+communication hooks chain on).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+import uniccl
+
+from ._errors import InvalidArgument
+
+__all__ = ["ProcessGroupUniccl", "register"]
+
+_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
+        dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
+
+
+def _op(opts, name: str) -> str:
+    op = next((v for k, v in _OPS.items() if opts.reduceOp == k), None)
+    if op is None:
+        raise InvalidArgument(f"torch reduce op {opts.reduceOp} is not one uniccl has (SUM, PRODUCT, MIN, MAX, AVG)",
+                              op=name, argument="op")
+    return op
+
+
+def _done(result) -> "dist.Work":
+    fut = Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+class _Contig:
+    """A tensor as uniccl sees it: itself when contiguous, else a contiguous copy written back."""
+
+    def __init__(self, t: torch.Tensor):
+        self.orig, self.t = t, t if t.is_contiguous() else t.contiguous()
+
+    def back(self) -> None:
+        if self.t is not self.orig:
+            self.orig.copy_(self.t)
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
+
+
+class ProcessGroupUniccl(dist.ProcessGroup):
+    """torch's ProcessGroup interface over one uniccl communicator."""
+
+    def __init__(self, comm: "uniccl.Communicator", rank: int, size: int):
+        super().__init__(rank, size)
+        self.comm = comm
+
+    def getBackendName(self) -> str:
+        return "uniccl"
+
+    # ------------------------------------------------------------ reductions
+    def allreduce(self, tensors, opts):
+        op = _op(opts, "all_reduce")
+        for t in tensors:
+            c = _Contig(t)
+            self.comm.all_reduce(c.t, op=op)
+            c.back()
+        return _done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts):
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors, opts):
+        op = _op(opts, "reduce")
+        for t in tensors:
+            c = _Contig(t)
+            out = c.t if self.comm.rank == opts.rootRank else None
+            self.comm.reduce(c.t, out, op=op, root=opts.rootRank)
+            if out is not None:
+                c.back()
+        return _done(tensors)
+
+    def _reduce_scatter_base(self, output, input, opts):
+        out, src = _Contig(output), _Contig(input)
+        self.comm.reduce_scatter(src.t, out.t, op=_op(opts, "reduce_scatter"))
+        out.back()
+        return _done([output])
+
+    reduce_scatter_single = _reduce_scatter_base  # torch >= 2.13 (reduce_scatter_tensor)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        for o, i in zip(outputs, inputs):
+            self._reduce_scatter_base(o, i, opts)
+        return _done(outputs)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts):
+        for out, ins in zip(output_tensors, input_tensors):
+            o = _Contig(out)
+            self.comm.reduce_scatter(_flat(ins), o.t, op=_op(opts, "reduce_scatter"))
+            o.back()
+        return _done(output_tensors)
+
+    # ------------------------------------------------------------ gathers
+    def _allgather_base(self, output, input, opts):
+        out = _Contig(output)
+        self.comm.all_gather(_Contig(input).t, out.t)
+        out.back()
+        return _done([output])
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        for outs, t in zip(output_tensors, input_tensors):
+            flat = torch.empty(t.numel() * self.comm.size, dtype=t.dtype)
+            self.comm.all_gather(_Contig(t).t, flat)
+            for r, o in enumerate(outs):
+                o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
+        return _done(output_tensors)
+
+    all_gather_single = _allgather_base  # torch >= 2.13 names (all_gather_into_tensor)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+        for o, i in zip(outputs, inputs):
+            self._allgather_base(o, i, opts)
+        return _done(outputs)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def gather(self, output_tensors, input_tensors, opts):
+        root, me = opts.rootRank, self.comm.rank
+        t = input_tensors[0]
+        flat = torch.empty(t.numel() * self.comm.size, dtype=t.dtype) if me == root else None
+        self.comm.gather(_Contig(t).t, flat, root=root)
+        if me == root:
+            for r, o in enumerate(output_tensors[0]):
+                o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
+        return _done(output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        root, me = opts.rootRank, self.comm.rank
+        out = _Contig(output_tensors[0])
+        self.comm.scatter(_flat(input_tensors[0]) if me == root else None, out.t, root=root)
+        out.back()
+        return _done(output_tensors)
+
+    def broadcast(self, tensors, opts):
+        for t in tensors:
+            c = _Contig(t)
+            self.comm.broadcast(c.t, root=opts.rootRank)
+            c.back()
+        return _done(tensors)
+
+    # ------------------------------------------------------------ all to all
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        n = self.comm.size
+        if not output_split_sizes and not input_split_sizes:  # equal blocks: one uniccl call
+            out = _Contig(output)
+            self.comm.all_to_all(_Contig(input).t, out.t)
+            out.back()
+            return _done([output])
+        # uneven splits: point-to-point, every rank to every rank, in a group (no deadlock)
+        row = input.numel() // max(1, input.shape[0]) if input.dim() else 1
+        ins = input_split_sizes or [input.shape[0] // n] * n
+        outs = output_split_sizes or [output.shape[0] // n] * n
+        src, dst = _Contig(input), _Contig(output)
+        s_off = [sum(ins[:r]) * row for r in range(n)]
+        d_off = [sum(outs[:r]) * row for r in range(n)]
+        sflat, dflat = src.t.reshape(-1), dst.t.reshape(-1)
+        with uniccl.group():
+            for r in range(n):
+                if r == self.comm.rank:
+                    continue
+                if ins[r]:
+                    self.comm.send(sflat[s_off[r]:s_off[r] + ins[r] * row], r)
+                if outs[r]:
+                    self.comm.recv(dflat[d_off[r]:d_off[r] + outs[r] * row], r)
+        me = self.comm.rank
+        dflat[d_off[me]:d_off[me] + outs[me] * row].copy_(sflat[s_off[me]:s_off[me] + ins[me] * row])
+        dst.back()
+        return _done([output])
+
+    all_to_all_single = alltoall_base
+
+    def alltoall(self, output_tensors, input_tensors, opts):
+        flat_in = _flat(input_tensors)
+        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        if len({t.numel() for t in input_tensors}) == 1 and len({t.numel() for t in output_tensors}) == 1:
+            self.comm.all_to_all(flat_in, flat_out)
+        else:
+            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                               [t.numel() for t in input_tensors], opts)
+        off = 0
+        for t in output_tensors:
+            t.copy_(flat_out[off:off + t.numel()].view_as(t))
+            off += t.numel()
+        return _done(output_tensors)
+
+    # ------------------------------------------------------------ point to point
+    def send(self, tensors, dst, tag):
+        for t in tensors:
+            self.comm.send(_Contig(t).t, dst)
+        return _done(tensors)
+
+    def recv(self, tensors, src, tag):
+        for t in tensors:
+            c = _Contig(t)
+            self.comm.recv(c.t, src)
+            c.back()
+        return _done(tensors)
+
+    def barrier(self, opts=None):
+        self.comm.barrier()
+        return _done([])
+
+
+def _create(store, rank: int, size: int, timeout) -> ProcessGroupUniccl:
+    """torch's backend factory: the ranks meet through ``store`` (per group: torch prefixes it)."""
+    if rank == 0:
+        store.set("uniccl_uid", bytes(uniccl.get_unique_id()))
+    store.wait(["uniccl_uid"])
+    uid = store.get("uniccl_uid")
+    seconds = timeout.total_seconds() if timeout is not None else None
+    comm = uniccl.Communicator(uid, rank, size, timeout=seconds)
+    return ProcessGroupUniccl(comm, rank, size)
+
+
+def register() -> None:
+    """Make ``"uniccl"`` a torch.distributed backend (done on import; idempotent)."""
+    if "uniccl" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("uniccl", _create, devices=["cpu"])
+
+
+register()
