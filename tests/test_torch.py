@@ -82,3 +82,15 @@ def test_ddp_training_ends_where_gloo_does(n, tmp_path):
     first = torch.load(tmp_path / "uniccl-0.pt")["torch.float64"][0]
     start = torch.nn.Linear(16, 32)  # the parameters moved: 20 steps of training happened
     assert not torch.equal(first, start.weight.to(torch.float64))
+
+
+@pytest.mark.parametrize("optin", ["1", ""])
+def test_autoload_only_when_asked(optin):
+    """torch's "torch.backends" entry point registers "uniccl" with UNICCL_TORCH_AUTOLOAD=1, and
+    leaves torch alone otherwise (no import of uniccl at all)."""
+    code = ("import sys, torch, torch.distributed as dist; "
+            "print('uniccl' in dist.Backend.backend_list, 'uniccl' in sys.modules)")
+    env = dict(os.environ, UNICCL_TORCH_AUTOLOAD=optin, PYTHONWARNINGS="ignore")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == (["True", "True"] if optin else ["False", "False"]), res.stdout

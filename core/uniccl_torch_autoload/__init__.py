@@ -1,0 +1,18 @@
+"""uniccl's entry point in torch's "torch.backends" group, which torch calls on every
+``import torch``: with ``UNICCL_TORCH_AUTOLOAD=1`` it registers the "uniccl"
+torch.distributed backend (``import uniccl.torch``); otherwise it does nothing, and costs
+nothing (this package is apart from ``uniccl`` so that nothing else is imported).  It never
+raises: a failing entry point there would break ``import torch``."""
+import os
+
+
+def autoload() -> None:
+    if os.environ.get("UNICCL_TORCH_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return
+    try:
+        import uniccl.torch  # noqa: F401  (registers the backend)
+    except Exception as exc:  # noqa: BLE001  (torch must import whatever happens here)
+        import warnings
+
+        warnings.warn(f"uniccl: the torch.distributed backend was not registered: {exc!r}", RuntimeWarning,
+                      stacklevel=2)
