@@ -427,9 +427,10 @@ class Mesh:
             pass  # the asker is gone
 
     def probe(self, dctx: int, seq: int, peers: list, wait: float) -> list:
-        """The ``peers`` (job ranks) that have not begun call ``seq`` on ``dctx``, or did not
-        answer within ``wait`` seconds: after a timeout, who is missing (their readers answer,
-        wherever their callers are)."""
+        """The ``peers`` (job ranks) that answered that they have not begun call ``seq`` on
+        ``dctx``, and those whose connection is lost: after a timeout, who is missing (their
+        readers answer, wherever their callers are).  A peer that does not answer within
+        ``wait`` seconds is not named: it may have given up on the call and closed (it began it)."""
         reqs = [(p, self.post(p, dctx, _PROBED_TAG, None, 0)) for p in peers if p not in self._dead]
         missing = [p for p in peers if p in self._dead]
         for p, _ in reqs:
@@ -440,9 +441,11 @@ class Mesh:
                 pass
         deadline = time.monotonic() + wait
         for p, req in reqs:
-            if not req.done.wait(max(0.0, deadline - time.monotonic())) or req.error is not None \
-                    or _Q.unpack(req.data)[0] < seq:
-                missing.append(p)
+            if req.done.wait(max(0.0, deadline - time.monotonic())):
+                if req.error is None and _Q.unpack(req.data)[0] < seq:
+                    missing.append(p)
+                elif req.error is not None and p in self._dead:
+                    missing.append(p)
         return sorted(missing)
 
     def cancel(self, dctx: int, tag: int) -> None:
@@ -917,8 +920,9 @@ class TCPTransport:
         another; name the ranks that have not begun the call (asked now), if any."""
         peers = [m for m in self.members if m != self.mesh.rank]
         missing = [self.members.index(m) for m in self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)]
-        if not missing:
-            return self._local(exc)
+        if not missing:  # all here (or gave up): a peer's verdict told meanwhile names the ranks
+            told = self.mesh._aborted.get(self.ctx & ~3)
+            return self._local(told if isinstance(told, Timeout) else exc)
         who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
         return Timeout(f"{exc.message}; {who} {'have' if len(missing) > 1 else 'has'} not made the call",
                        rank=self.rank, missing_ranks=missing)
