@@ -22,6 +22,8 @@ import os
 import statistics
 import sys
 
+from . import _trace
+
 
 _COLORS = {"all_reduce": "#3366cc", "broadcast": "#dc3912", "reduce": "#ff9900", "all_gather": "#109618",
            "reduce_scatter": "#990099", "all_to_all": "#0099c6", "gather": "#dd4477", "scatter": "#66aa00",
@@ -38,14 +40,8 @@ def add_arguments(p) -> None:
 
 # ------------------------------------------------------------------ loading
 def load(path: str, bench_files=()) -> dict:
-    traces = {}
-    for f in glob.glob(os.path.join(path, "uniccl-trace-r*.json")):
-        with open(f) as fh:
-            doc = json.load(fh)
-        meta = doc.get("otherData", {})
-        shift = float(meta.get("clock_offset_us", 0.0))
-        spans = [dict(e, ts=e["ts"] - shift) for e in doc["traceEvents"] if e.get("ph") == "X"]
-        traces[int(meta.get("rank", len(traces)))] = {"meta": meta, "spans": spans}
+    traces = {rank: {"meta": meta, "spans": [e for e in events if e.get("ph") == "X"]}
+              for rank, (meta, events) in _trace.load(path).items()}
     stats = {}
     for f in glob.glob(os.path.join(path, "uniccl-stats-r*.json")):
         with open(f) as fh:

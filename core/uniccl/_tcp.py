@@ -879,11 +879,7 @@ class TCPTransport:
         self.active = True
         known_bad = mesh.begin(self.ctx + DATA, seq, tag, record)
         if not light:
-            ctx, rtag = self.ctx + CTRL, _REC_BASE + tag
-            self._recs = [None if p == me else mesh.post(self.members[p], ctx, rtag, None, 0) for p in range(self.size)]
-            for p in range(self.size):
-                if p != me:
-                    mesh.send(self.members[p], ctx, rtag, None, len(full), full)
+            self._recs = self._to_all(self.ctx + CTRL, _REC_BASE + tag, full)
         if known_bad or full is not record:
             self._mismatch()
 
@@ -915,6 +911,16 @@ class TCPTransport:
         if self._tag is not None:
             self.mesh.end(self.ctx + DATA, self._tag)
 
+    def _to_all(self, ctx: int, tag: int, data: bytes) -> list:
+        """Post a receive from every other member, then send ``data`` to each: the receives, in
+        rank order (None for this rank)."""
+        mesh, me = self.mesh, self.rank
+        reqs = [None if p == me else mesh.post(self.members[p], ctx, tag, None, 0) for p in range(self.size)]
+        for p in range(self.size):
+            if p != me:
+                mesh.send(self.members[p], ctx, tag, None, len(data), data)
+        return reqs
+
     def _missing(self, exc: Timeout) -> Timeout:
         """A wait of an announced call timed out: the peer it waited for may itself wait for
         another; name the ranks that have not begun the call (asked now), if any."""
@@ -941,15 +947,11 @@ class TCPTransport:
 
     def records(self) -> list:
         """Every member's full record of the failing call, in rank order (all ranks call this)."""
-        mesh, me, ctx, tag = self.mesh, self.rank, self.ctx + CTRL, _SLOW_BASE + self._tag
-        reqs = [None if p == me else mesh.post(self.members[p], ctx, tag, None, 0) for p in range(self.size)]
-        for p in range(self.size):
-            if p != me:
-                mesh.send(self.members[p], ctx, tag, None, len(self._full), self._full)
+        reqs = self._to_all(self.ctx + CTRL, _SLOW_BASE + self._tag, self._full)
         for req in reqs:
             if req is not None:
                 try:
-                    mesh.wait(req)
+                    self.mesh.wait(req)
                 except Timeout:
                     raise self._not_arrived(reqs, "to report their call") from None
                 except RemoteError as exc:
@@ -961,13 +963,11 @@ class TCPTransport:
         sent ahead for the call, here and on the way, so the communicator stays usable."""
         dctx, tag = self.ctx + DATA, self._tag
         self.mesh.cancel(dctx, tag)
-        peers = [self.members[p] for p in range(self.size) if p != self.rank]
-        reqs = [self.mesh.post(m, dctx, _FLUSH_TAG, None, 0) for m in peers]
-        marker = _T.pack(tag)
-        for m in peers:  # after everything this rank sent for the call (one ordered stream per peer)
-            self.mesh.send(m, dctx, _FLUSH_TAG, None, len(marker), marker)
-        for req in reqs:  # each peer's marker: its reader dropped what came before it
-            try:
+        # the marker goes after everything this rank sent for the call (one ordered stream per peer)
+        for req in self._to_all(dctx, _FLUSH_TAG, _T.pack(tag)):
+            if req is None:
+                continue
+            try:  # each peer's marker: its reader dropped what came before it
                 self.mesh.wait(req)
             except (Timeout, RemoteError) as exc:
                 raise self._local(exc) from None

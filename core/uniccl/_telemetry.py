@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from ._counters import Counters
+
 _SUB = 2  # log2 of the buckets per power of two
 _BUCKETS = 64 << _SUB
 
@@ -64,13 +66,10 @@ def size_label(k: int) -> str:
     return f"<{top}B"
 
 
-def Telemetry(size: int):
-    """One communicator's counters (:class:`uniccl._counters.Counters`, in C):
-    ``ops[(op, size bucket)]`` is a ``Stat`` with ``calls``, ``nbytes``, ``ns`` and
-    ``histogram()``; ``failed[op]`` counts calls that raised."""
-    from ._counters import Counters
-
-    return Counters(size)
+# One communicator's counters, in C: ``Telemetry(size).record(op, nbytes, ns)``;
+# ``ops[(op, size bucket)]`` is a ``Stat`` with ``calls``, ``nbytes``, ``ns`` and ``histogram()``,
+# ``failed[op]`` counts calls that raised.
+Telemetry = Counters
 
 
 def percentile(hist, q: float) -> float:

@@ -129,25 +129,27 @@ def _align(comm, rounds: int = 8) -> tuple[float, float]:
     return float(offset), float(rtt if rtt != float("inf") else 0.0)
 
 
-def merge(path: str, out: str | None = None) -> str:
-    """Every rank's trace in ``path`` on one timeline (rank 0's clock): the merged file's path."""
-    files = sorted(glob.glob(os.path.join(path, "uniccl-trace-r*.json")),
-                   key=lambda f: int(f.rsplit("-r", 1)[1].split(".")[0]))
-    if not files:
-        raise FileNotFoundError(f"no uniccl-trace-r*.json files in {path}")
-    events, ranks = [], []
-    for f in files:
+def load(path: str) -> dict:
+    """rank -> (its file's metadata, its events on rank 0's clock) of every trace in ``path``."""
+    out = {}
+    for f in glob.glob(os.path.join(path, "uniccl-trace-r*.json")):
         with open(f) as fh:
             doc = json.load(fh)
         meta = doc.get("otherData", {})
         shift = float(meta.get("clock_offset_us", 0.0))
-        ranks.append(meta)
-        for ev in doc["traceEvents"]:
-            if "ts" in ev:
-                ev = dict(ev, ts=ev["ts"] - shift)
-            events.append(ev)
+        events = [dict(ev, ts=ev["ts"] - shift) if "ts" in ev else ev for ev in doc["traceEvents"]]
+        out[int(meta.get("rank", len(out)))] = (meta, events)
+    return dict(sorted(out.items()))
+
+
+def merge(path: str, out: str | None = None) -> str:
+    """Every rank's trace in ``path`` on one timeline (rank 0's clock): the merged file's path."""
+    ranks = load(path)
+    if not ranks:
+        raise FileNotFoundError(f"no uniccl-trace-r*.json files in {path}")
     out = out or os.path.join(path, "uniccl-trace-merged.json")
-    _write_json(out, {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"ranks": ranks}})
+    _write_json(out, {"traceEvents": [ev for _, events in ranks.values() for ev in events],
+                      "displayTimeUnit": "ms", "otherData": {"ranks": [meta for meta, _ in ranks.values()]}})
     return out
 
 
