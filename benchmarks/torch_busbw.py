@@ -1,9 +1,10 @@
 """all_reduce through torch.distributed: backend "uniccl" against "gloo", same job, same tensors.
 
 usage: uniccl run -n 2 python benchmarks/torch_busbw.py PORT [REPS]
-Each rank opens both backends (two process groups over one TCPStore); per size, blocks of
-calls alternate between them; rank 0 prints the median per-call time and bus bandwidth of each
-and the ratio.
+Each rank opens gloo and two uniccl groups over one TCPStore: "uniccl" as torch users get it
+(float sums in gloo's order, bitwise gloo's results) and "native" (UNICCL_TORCH_ORDER=native,
+uniccl's own algorithms); per size, blocks of calls alternate between them; rank 0 prints the
+median per-call time and bus bandwidth of each and the ratios to gloo.
 """
 import os
 import statistics
@@ -20,6 +21,8 @@ port, reps = int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 9
 rank, size = int(os.environ["UNICCL_RANK"]), int(os.environ["UNICCL_WORLD_SIZE"])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
 groups = {"gloo": dist.group.WORLD, "uniccl": dist.new_group(backend="uniccl")}
+os.environ["UNICCL_TORCH_ORDER"] = "native"  # read when a group is made
+groups["native"] = dist.new_group(backend="uniccl")
 factor = 2 * (size - 1) / size
 for nbytes, inner in ((1 << 20, 20), (64 << 20, 2)):
     t = torch.ones(nbytes // 4, dtype=torch.float32)
@@ -36,7 +39,7 @@ for nbytes, inner in ((1 << 20, 20), (64 << 20, 2)):
     if rank == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
         bw = {k: nbytes / v / 1e9 * factor for k, v in med.items()}
-        print(f"{size} ranks {nbytes >> 20} MiB: gloo {med['gloo'] * 1e3:.2f} ms {bw['gloo']:.2f} GB/s, "
-              f"uniccl {med['uniccl'] * 1e3:.2f} ms {bw['uniccl']:.2f} GB/s, ratio {bw['uniccl'] / bw['gloo']:.2f}x",
-              flush=True)
+        print(f"{size} ranks {nbytes >> 20} MiB: " + ", ".join(
+            f"{k} {med[k] * 1e3:.2f} ms {bw[k]:.2f} GB/s" + (f" ({bw[k] / bw['gloo']:.2f}x)" if k != "gloo" else "")
+            for k in groups), flush=True)
 dist.destroy_process_group()

@@ -12,6 +12,8 @@ communication hooks chain on).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
@@ -19,6 +21,7 @@ from torch.futures import Future
 
 import uniccl
 
+from . import _ring_order
 from ._errors import InvalidArgument
 
 __all__ = ["ProcessGroupUniccl", "register"]
@@ -35,10 +38,28 @@ def _op(opts, name: str) -> str:
     return op
 
 
+def _order(order: str | None) -> str:
+    """all_reduce's float summation order: "gloo" (default; results bitwise equal to gloo's)
+    or "native" (uniccl's own algorithms, fastest).  From the argument or UNICCL_TORCH_ORDER."""
+    value = (order or os.environ.get("UNICCL_TORCH_ORDER") or "gloo").strip().lower()
+    if value not in ("gloo", "native"):
+        raise InvalidArgument(f"UNICCL_TORCH_ORDER={value!r}: expected 'gloo' or 'native'", op="init_process_group",
+                           argument="order")
+    return value
+
+
 def _done(result) -> "dist.Work":
     fut = Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
+
+
+def _numpy_or_tensor(t: torch.Tensor):
+    """A numpy view of a CPU tensor where numpy has its dtype (bfloat16: the tensor itself)."""
+    try:
+        return t.detach().numpy()
+    except TypeError:
+        return t
 
 
 class _Contig:
@@ -59,19 +80,30 @@ def _flat(tensors) -> torch.Tensor:
 class ProcessGroupUniccl(dist.ProcessGroup):
     """torch's ProcessGroup interface over one uniccl communicator."""
 
-    def __init__(self, comm: "uniccl.Communicator", rank: int, size: int):
+    def __init__(self, comm: "uniccl.Communicator", rank: int, size: int, order: str | None = None):
         super().__init__(rank, size)
         self.comm = comm
+        self.order = _order(order)
+        self._ring_order = _ring_order.GlooOrderAllReduce(comm)
 
     def getBackendName(self) -> str:
         return "uniccl"
+
+    def _gloo_order(self, t: torch.Tensor, op: str) -> bool:
+        """Whether this all_reduce must add in gloo's order: only where order can change the
+        result (a float sum or product over 3+ ranks)."""
+        return (self.order == "gloo" and self.comm.size > 2 and op in ("sum", "prod")
+                and (t.is_floating_point() or t.is_complex()) and t.numel() > 0)
 
     # ------------------------------------------------------------ reductions
     def allreduce(self, tensors, opts):
         op = _op(opts, "all_reduce")
         for t in tensors:
             c = _Contig(t)
-            self.comm.all_reduce(c.t, op=op)
+            if self._gloo_order(c.t, op):
+                self._ring_order(_numpy_or_tensor(c.t.reshape(-1)), op)
+            else:
+                self.comm.all_reduce(c.t, op=op)
             c.back()
         return _done(tensors)
 

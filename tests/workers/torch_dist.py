@@ -55,6 +55,14 @@ def api() -> dict:
         return t.reshape(-1).tolist()
     keep("all_reduce_noncontiguous", ar_noncontig)
 
+    def ar_order():  # floats whose sum depends on the order of the terms: gloo's ring order
+        g = torch.Generator().manual_seed(7 + rank)
+        t = torch.randn(3001, generator=g, dtype=f64) * 10.0 ** torch.randint(-4, 5, (3001,), generator=g)
+        mine = t.clone()
+        dist.all_reduce(t)
+        return [mine.tolist(), t.tolist()]
+    keep("all_reduce_float_order", ar_order)
+
     def ar_async():
         t = vec(4)
         work = dist.all_reduce(t, async_op=True)
