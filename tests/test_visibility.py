@@ -44,7 +44,8 @@ def test_stats_count_every_call(transport):
         if transport == "tcp":  # the links carried the all_reduces: ring, 2(n-1)/n of 256 KiB per call
             sent = sum(link["sent_bytes"] for link in r["links"].values())
             assert sent >= 7 * 2 * 2 / 3 * 4 * (1 << 16)
-            assert all(link["send_GBps"] > 0 for link in r["links"].values())
+            # the ring's messages (~85 KiB) are timed: the link to the next rank shows a bandwidth
+            assert any(link["send_GBps"] > 0 for link in r["links"].values())
 
 
 def test_telemetry_off():

@@ -91,9 +91,9 @@ class _Collector:
         failed = CounterMetricFamily("uniccl_failed_calls", "Calls that raised", labels=["communicator", "rank", "op"])
         link_labels = ["rank", "peer"]
         link = {k: CounterMetricFamily(f"uniccl_link_{k}", h, labels=link_labels) for k, h in (
-            ("sent_bytes", "Bytes sent to the peer"), ("send_seconds", "Seconds spent sending to the peer"),
+            ("sent_bytes", "Bytes sent to the peer"), ("send_seconds", "Seconds spent sending messages of 32 KiB or more to the peer"),
             ("received_bytes", "Bytes received from the peer"),
-            ("receive_seconds", "Seconds spent receiving from the peer"),
+            ("receive_seconds", "Seconds spent receiving messages of 32 KiB or more from the peer"),
             ("retransmits", "Messages sent again to the peer"),
             ("checksum_failures", "Messages from the peer that failed their checksum"))}
         meshes = set()
@@ -114,7 +114,7 @@ class _Collector:
             mesh = getattr(comm._t, "mesh", None)
             if mesh is not None and mesh.links is not None and id(mesh) not in meshes:
                 meshes.add(id(mesh))
-                for peer, (tx_b, tx_ns, rx_b, rx_ns, resent, bad) in enumerate(mesh.links):
+                for peer, (tx_b, tx_ns, rx_b, rx_ns, resent, bad, *_) in enumerate(mesh.links):
                     if peer == mesh.rank:
                         continue
                     lv = [str(mesh.rank), str(peer)]

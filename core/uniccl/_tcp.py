@@ -47,6 +47,7 @@ _NACK = struct.Struct("<Q")  # the payload of a request to send message id again
 _MAX_RETRIES = 3  # a message corrupted this many times in a row fails the communicator
 _HELLO = struct.Struct("<I32s")  # connecting rank, HMAC(secret, acceptor nonce + rank)
 _INLINE = 64 * 1024  # payloads up to this size go out in one send with their header
+_TIMED_BYTES = 32 * 1024  # telemetry times messages from this size on (their clock reads cost < 1 %)
 DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's three dup'ed comms
 _CTRL_TAG_BASE = 1 << 30
 _ABORT_TAG = 0xFFFFFFFF  # "this communicator was aborted by its sender": fail its receives from that peer
@@ -168,8 +169,10 @@ class Mesh:
         self.stats = {"checksum_failures": 0, "retransmit_requests": 0, "retransmits": 0}
         from ._telemetry import enabled
 
-        # per peer: bytes and ns sent, bytes and ns received, retransmissions sent, checksum failures
-        self.links = [[0, 0, 0, 0, 0, 0] for _ in range(size)] if enabled() else None
+        # per peer: bytes and ns sent, bytes and ns received, retransmissions sent, checksum failures,
+        # bytes sent and received in timed messages (>= _TIMED_BYTES: two clock reads per message
+        # would cost more than a small message's whole trip through Python; its bytes are counted)
+        self.links = [[0] * 8 for _ in range(size)] if enabled() else None
         self.tracer = None  # uniccl._trace.Tracer under UNICCL_TRACE: a span per message
         self.waiting = None  # (peer, since) of a wait in progress
         from ._faults import from_env
@@ -233,17 +236,21 @@ class Mesh:
             payload.stamp = stamp
             self._arrived(peer, ctx, tag, payload)
             return
-        tracer = self.tracer
-        if self.links is None and tracer is None:
+        tracer, links = self.tracer, self.links
+        if tracer is None and (links is None or nbytes < _TIMED_BYTES):  # counted, not timed
+            if links is not None:
+                links[peer][0] += nbytes
             return self._send(peer, ctx, tag, ptr, nbytes, data, stamp)
         clock = time.perf_counter_ns if tracer is None else time.time_ns
         t0 = clock()
         self._send(peer, ctx, tag, ptr, nbytes, data, stamp)
         t1 = clock()
-        if self.links is not None:
-            link = self.links[peer]
+        if links is not None:
+            link = links[peer]
             link[0] += nbytes
-            link[1] += t1 - t0
+            if nbytes >= _TIMED_BYTES:
+                link[1] += t1 - t0
+                link[6] += nbytes
         if tracer is not None and ctx & 3 != CTRL:
             tracer.span("message", f"send to rank {peer}", t0, t1, {"bytes": nbytes, "tag": tag})
 
@@ -514,13 +521,15 @@ class Mesh:
                     _recv_into(sock, memoryview(payload))
                     rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
                     continue
-                timed = self.links is not None or self.tracer is not None
+                timed = self.tracer is not None or (self.links is not None and n >= _TIMED_BYTES)
                 if timed:
                     clock = time.perf_counter_ns if self.tracer is None else time.time_ns
                     t0 = clock()
                 ok = self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
                 if timed:
                     self._received(peer, ctx, tag, n, t0, clock())
+                elif self.links is not None:
+                    self.links[peer][2] += n
                 if ok and flags & _RETRANSMIT:
                     rx.awaiting = None
                     while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
@@ -534,20 +543,23 @@ class Mesh:
         if self.links is not None:
             link = self.links[peer]
             link[2] += n
-            link[3] += t1 - t0
+            if n >= _TIMED_BYTES:
+                link[3] += t1 - t0
+                link[7] += n
         if self.tracer is not None and ctx & 3 != CTRL:
             self.tracer.span("message", f"recv from rank {peer}", t0, t1, {"bytes": n, "tag": tag})
 
     def link_stats(self, peer: int) -> dict:
-        """What crossed the connection to (job rank) ``peer``: bytes and seconds spent sending
-        (in sendall) and receiving (from a message's header to its last byte), bandwidths,
-        retransmissions sent to it and checksum failures of what came from it."""
+        """What crossed the connection to (job rank) ``peer``: bytes sent and received, seconds
+        spent sending (in sendall) and receiving (a message's header to its last byte) the
+        messages of _TIMED_BYTES or more and the bandwidths those show, retransmissions sent to
+        it and checksum failures of what came from it."""
         if self.links is None:
             return {}
-        tx_b, tx_ns, rx_b, rx_ns, resent, bad = self.links[peer]
+        tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_timed, rx_timed = self.links[peer]
         return {"peer_host": self.table[peer]["hostname"], "sent_bytes": tx_b, "sent_seconds": tx_ns * 1e-9,
-                "send_GBps": tx_b / tx_ns if tx_ns else 0.0, "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9,
-                "recv_GBps": rx_b / rx_ns if rx_ns else 0.0, "retransmits": resent, "checksum_failures": bad}
+                "send_GBps": tx_timed / tx_ns if tx_ns else 0.0, "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9,
+                "recv_GBps": rx_timed / rx_ns if rx_ns else 0.0, "retransmits": resent, "checksum_failures": bad}
 
     def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
                  stamp, sock=None, payload=None) -> bool:
