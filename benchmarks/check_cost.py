@@ -1,16 +1,20 @@
 """What the always-on mismatch check costs: the same all_reduce timed with the check and with
-it switched off (for this measurement only, by replacing it with nothing), in alternating
-blocks of the same run, so both see the same machine.
+it switched off (for this measurement only, by replacing it with nothing), switched call by
+call in a random order every rank draws alike, so both see the same machine (a strict
+alternation would tie each arm to the parity of the call).
 
 Over the shared-memory engine the records ride on the data's first rendezvous (see
 Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce).
 
-usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES] [PAIRS]
-       (default 1 MiB, 100 pairs of blocks of 20 calls; UNICCL_TRANSPORT=tcp for TCP)
+usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES] [CALLS]
+       (default 1 MiB, 4000 calls; UNICCL_TRANSPORT=tcp for TCP)
+       UNICCL_PLACEBO=1: both arms keep the check -- the method's noise floor
 Rank 0 prints one line: median microseconds per call with and without the check, and the cost:
-the median over pairs of adjacent blocks of (with - without) / without, so that the machine's
-drifts, which move both blocks of a pair alike, cancel.
+the difference of the medians, and of the means over each arm's middle 80 % of calls, as a
+share of the call without the check.
 """
+import os
+import random
 import statistics
 import sys
 import time
@@ -20,8 +24,8 @@ import numpy as np
 import uniccl
 
 nbytes = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
-pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-inner = 20
+calls = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
+placebo = os.environ.get("UNICCL_PLACEBO") == "1"
 comm = uniccl.init()
 x = np.ones(nbytes // 4, np.float32)
 checked = comm._agree, comm._run_announced, comm._run_fused
@@ -41,27 +45,35 @@ def _run_unfused(plan, seq, choice):
     return plan.shm(comm._engine)
 
 
-def timed(check: bool) -> float:
-    comm.barrier()  # with the check on: a barrier without it would not wait for anyone
-    comm._agree, comm._run_announced, comm._run_fused = checked if check else (
+def switch(check: bool) -> None:
+    comm._agree, comm._run_announced, comm._run_fused = checked if check or placebo else (
         _no_agreement, _run_unannounced, _run_unfused)
-    t = time.perf_counter()
-    for _ in range(inner):
-        comm.all_reduce(x)
-    elapsed = (time.perf_counter() - t) / inner * 1e6
-    comm._agree, comm._run_announced, comm._run_fused = checked
-    return elapsed
+
+
+def trimmed_mean(v: list) -> float:
+    v = sorted(v)
+    cut = len(v) // 10
+    return statistics.fmean(v[cut:len(v) - cut])
 
 
 for _ in range(20):
     comm.all_reduce(x)
+comm.barrier()
 on, off = [], []
-for b in range(pairs):  # alternate which goes first
-    for check in ((True, False) if b % 2 else (False, True)):
-        (on if check else off).append(timed(check))
+draw = random.Random(1)  # the same sequence on every rank
+clock = time.perf_counter_ns
+for _ in range(calls):
+    check = draw.random() < 0.5
+    switch(check)
+    t0 = clock()
+    comm.all_reduce(x)
+    (on if check else off).append((clock() - t0) / 1e3)
+switch(True)
 if comm.rank == 0:
     transport = "shm" if comm._engine is not None else comm._t.name
-    cost = statistics.median((a - b) / b for a, b in zip(on, off))
-    print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce: {statistics.median(on):.1f} us with the "
-          f"check, {statistics.median(off):.1f} us without, check = {100 * cost:+.2f}% of the call", flush=True)
+    med_on, med_off = statistics.median(on), statistics.median(off)
+    tm = (trimmed_mean(on) - trimmed_mean(off)) / trimmed_mean(off)
+    print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{' (placebo)' if placebo else ''}: "
+          f"{med_on:.1f} us with the check, {med_off:.1f} us without, check = "
+          f"{100 * (med_on - med_off) / med_off:+.2f}% of the call (trimmed means: {100 * tm:+.2f}%)", flush=True)
 comm.destroy()

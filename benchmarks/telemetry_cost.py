@@ -1,15 +1,19 @@
-"""What telemetry costs: the same all_reduce timed with telemetry on and off (switched in the
-same run, in alternating blocks), at 8 B (microseconds per call) and 1 MiB (share of the call).
+"""What telemetry costs: the same all_reduce timed with telemetry on and off, switched inside
+one run call by call in a random order that every rank draws alike (drift and the machine's
+other load fall on both arms alike; a strict on/off alternation would tie each arm to the
+parity of the call, and calls of even and odd number differ by a few microseconds over TCP),
+at 8 B (microseconds per call) and 1 MiB (share of the call).
 
-usage: uniccl run -n 2 python benchmarks/telemetry_cost.py [PAIRS]   (UNICCL_TRANSPORT=tcp for TCP)
-Rank 0 prints one line per size: median per-call time on and off, the median over pairs of
-adjacent blocks of (on - off), in microseconds and as a share of the call; and the same for
-the process's CPU time (all its threads: the caller and, over TCP, the reader threads), which
-a busy machine's scheduling noise disturbs far less than the wall clock.
+usage: uniccl run -n 2 python benchmarks/telemetry_cost.py [CALLS]   (UNICCL_TRANSPORT=tcp for TCP)
+       UNICCL_PLACEBO=1: both arms keep telemetry on -- what the method reads when there is
+       nothing to find (its noise floor)
+Rank 0 prints one line per size: the median per-call time of each arm, their difference, and
+the difference of the arms' means over their middle 80 % of calls.
 """
+import os
+import random
 import statistics
 import sys
-
 import time
 
 import numpy as np
@@ -17,7 +21,8 @@ import numpy as np
 import uniccl
 from uniccl._telemetry import Telemetry
 
-pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
+placebo = os.environ.get("UNICCL_PLACEBO") == "1"
 comm = uniccl.init()
 mesh = getattr(comm._t, "mesh", None)
 links = mesh.links if mesh is not None else None
@@ -25,39 +30,39 @@ telemetry = comm._telemetry or Telemetry(comm.size)
 
 
 def switch(on: bool) -> None:
+    on = on or placebo
     comm._telemetry = telemetry if on else None
     if mesh is not None:
         mesh.links = links if on else None
 
 
-def timed(x, inner: int, on: bool) -> tuple:
-    comm.barrier()
-    switch(on)
-    t, c = time.perf_counter(), time.process_time()
-    for _ in range(inner):
-        comm.all_reduce(x)
-    elapsed = (time.perf_counter() - t) / inner * 1e6
-    cpu = (time.process_time() - c) / inner * 1e6
-    switch(True)
-    return elapsed, cpu
+def trimmed_mean(v: list) -> float:
+    v = sorted(v)
+    cut = len(v) // 10
+    return statistics.fmean(v[cut:len(v) - cut])
 
 
-for nbytes, inner in ((8, 500), (1 << 20, 20)):
+clock = time.perf_counter_ns
+for nbytes, n in ((8, calls), (1 << 20, max(200, calls // 10))):
     x = np.ones(max(1, nbytes // 4), np.float32)
-    for _ in range(20):
+    for _ in range(50):
         comm.all_reduce(x)
+    comm.barrier()
     on, off = [], []
-    for b in range(pairs):
-        for flag in ((True, False) if b % 2 else (False, True)):
-            (on if flag else off).append(timed(x, inner, flag))
+    draw = random.Random(nbytes)  # the same sequence on every rank
+    for i in range(n):
+        flag = draw.random() < 0.5
+        switch(flag)
+        t0 = clock()
+        comm.all_reduce(x)
+        (on if flag else off).append((clock() - t0) / 1e3)
+    switch(True)
     if comm.rank == 0:
         transport = "shm" if comm._engine is not None else comm._t.name
-        line = f"{comm.size} ranks, {transport}, {nbytes} B all_reduce:"
-        for i, what in ((0, "wall"), (1, "cpu")):
-            a_, b_ = [v[i] for v in on], [v[i] for v in off]
-            diff = statistics.median(a - b for a, b in zip(a_, b_))
-            share = statistics.median((a - b) / b for a, b in zip(a_, b_))
-            line += (f" {what}: {statistics.median(a_):.2f} us on, {statistics.median(b_):.2f} us off, telemetry = "
-                     f"{diff:+.3f} us per call ({100 * share:+.2f}%);")
-        print(line, flush=True)
+        med_on, med_off = statistics.median(on), statistics.median(off)
+        tm = trimmed_mean(on) - trimmed_mean(off)
+        print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{' (placebo)' if placebo else ''}, "
+              f"{len(on)}/{len(off)} calls: median {med_on:.2f} us on, {med_off:.2f} us off, telemetry = "
+              f"{med_on - med_off:+.3f} us per call ({100 * (med_on - med_off) / med_off:+.2f}%); "
+              f"trimmed means: {tm:+.3f} us ({100 * tm / trimmed_mean(off):+.2f}%)", flush=True)
 comm.destroy()
