@@ -6,13 +6,15 @@
 The backend is a Python ``ProcessGroup`` over a :class:`uniccl.Communicator`, bootstrapped
 through torch's own store (rank 0 puts a :func:`uniccl.get_unique_id` there).  Tensors go to
 uniccl as they are (zero-copy through the buffer protocol / DLPack); a non-contiguous tensor
-is copied to a contiguous one and back.  Collectives run synchronously in the calling
-thread; each returns a completed ``Work`` whose future holds the output tensors (what DDP's
-communication hooks chain on).
+is copied to a contiguous one and back.  A call with ``async_op=True`` runs on the group's
+worker thread and returns a pending ``Work`` whose future gets the output tensors (what
+DDP's communication hooks chain on); other calls run in the caller's thread.
 """
 from __future__ import annotations
 
 import os
+import queue
+import threading
 
 import torch
 import torch.distributed as dist
@@ -48,10 +50,66 @@ def _order(order: str | None) -> str:
     return value
 
 
-def _done(result) -> "dist.Work":
-    fut = Future()
-    fut.set_result(result)
-    return _create_work_from_future(fut)
+def _collective(body):
+    """A ProcessGroup method from its synchronous ``body`` (which returns the output tensors).
+
+    ``async_op=True`` (``opts.asyncOp``): the body runs on the group's worker thread and the
+    Work is pending until it has (DDP overlaps its gradient all_reduces with the backward
+    pass so); otherwise it runs in the caller's thread, behind any async calls still queued,
+    and the Work returned is complete.  Every rank issues in the same order, and the worker
+    runs in issue order: the collectives meet.  Point-to-point calls (no options) run now."""
+    def method(self, *args, **kwargs):
+        opts = kwargs.get("opts", args[-1] if args else None)
+        if getattr(opts, "asyncOp", False):
+            return _create_work_from_future(self._worker.submit(lambda: body(self, *args, **kwargs)))
+        if self._worker.pending():  # keep issue order behind queued async calls
+            fut = self._worker.submit(lambda: body(self, *args, **kwargs))
+            fut.wait()
+            return _create_work_from_future(fut)
+        fut = Future()
+        fut.set_result(body(self, *args, **kwargs))
+        return _create_work_from_future(fut)
+
+    method.__name__ = method.__qualname__ = body.__name__.replace("_sync_", "", 1)
+    method.__doc__ = body.__doc__
+    return method
+
+
+class _Worker:
+    """One thread per process group running async calls in issue order (started on first use)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._count = 0  # submitted and not finished
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def pending(self) -> bool:
+        return self._count > 0
+
+    def submit(self, job) -> Future:
+        fut = Future()
+        with self._lock:
+            self._count += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+        self._queue.put((job, fut))
+        return fut
+
+    def _loop(self) -> None:
+        while True:
+            job, fut = self._queue.get()
+            try:
+                result = job()
+            except Exception as exc:  # the caller's wait() raises it
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            finally:
+                with self._lock:
+                    self._count -= 1
 
 
 def _numpy_or_tensor(t: torch.Tensor):
@@ -85,6 +143,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
         self.comm = comm
         self.order = _order(order)
         self._ring_order = _ring_order.GlooOrderAllReduce(comm)
+        self._worker = _Worker(f"uniccl-pg-{rank}")
 
     def getBackendName(self) -> str:
         return "uniccl"
@@ -96,7 +155,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
                 and (t.is_floating_point() or t.is_complex()) and t.numel() > 0)
 
     # ------------------------------------------------------------ reductions
-    def allreduce(self, tensors, opts):
+    def _sync_allreduce(self, tensors, opts):
         op = _op(opts, "all_reduce")
         for t in tensors:
             c = _Contig(t)
@@ -105,12 +164,13 @@ class ProcessGroupUniccl(dist.ProcessGroup):
             else:
                 self.comm.all_reduce(c.t, op=op)
             c.back()
-        return _done(tensors)
+        return tensors
 
-    def allreduce_coalesced(self, tensors, opts):
-        return self.allreduce(tensors, opts)
+    allreduce = _collective(_sync_allreduce)
 
-    def reduce(self, tensors, opts):
+    allreduce_coalesced = allreduce
+
+    def _sync_reduce(self, tensors, opts):
         op = _op(opts, "reduce")
         for t in tensors:
             c = _Contig(t)
@@ -118,53 +178,67 @@ class ProcessGroupUniccl(dist.ProcessGroup):
             self.comm.reduce(c.t, out, op=op, root=opts.rootRank)
             if out is not None:
                 c.back()
-        return _done(tensors)
+        return tensors
 
-    def _reduce_scatter_base(self, output, input, opts):
+    reduce = _collective(_sync_reduce)
+
+    def _sync__reduce_scatter_base(self, output, input, opts):
         out, src = _Contig(output), _Contig(input)
         self.comm.reduce_scatter(src.t, out.t, op=_op(opts, "reduce_scatter"))
         out.back()
-        return _done([output])
+        return [output]
+
+    _reduce_scatter_base = _collective(_sync__reduce_scatter_base)
 
     reduce_scatter_single = _reduce_scatter_base  # torch >= 2.13 (reduce_scatter_tensor)
 
-    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+    def _sync_reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         for o, i in zip(outputs, inputs):
-            self._reduce_scatter_base(o, i, opts)
-        return _done(outputs)
+            self._sync__reduce_scatter_base(o, i, opts)
+        return outputs
 
-    def reduce_scatter(self, output_tensors, input_tensors, opts):
+    reduce_scatter_single_coalesced = _collective(_sync_reduce_scatter_single_coalesced)
+
+    def _sync_reduce_scatter(self, output_tensors, input_tensors, opts):
         for out, ins in zip(output_tensors, input_tensors):
             o = _Contig(out)
             self.comm.reduce_scatter(_flat(ins), o.t, op=_op(opts, "reduce_scatter"))
             o.back()
-        return _done(output_tensors)
+        return output_tensors
+
+    reduce_scatter = _collective(_sync_reduce_scatter)
 
     # ------------------------------------------------------------ gathers
-    def _allgather_base(self, output, input, opts):
+    def _sync__allgather_base(self, output, input, opts):
         out = _Contig(output)
         self.comm.all_gather(_Contig(input).t, out.t)
         out.back()
-        return _done([output])
+        return [output]
 
-    def allgather(self, output_tensors, input_tensors, opts):
+    _allgather_base = _collective(_sync__allgather_base)
+
+    def _sync_allgather(self, output_tensors, input_tensors, opts):
         for outs, t in zip(output_tensors, input_tensors):
             flat = torch.empty(t.numel() * self.comm.size, dtype=t.dtype)
             self.comm.all_gather(_Contig(t).t, flat)
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
-        return _done(output_tensors)
+        return output_tensors
+
+    allgather = _collective(_sync_allgather)
 
     all_gather_single = _allgather_base  # torch >= 2.13 names (all_gather_into_tensor)
 
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+    def _sync_allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         for o, i in zip(outputs, inputs):
-            self._allgather_base(o, i, opts)
-        return _done(outputs)
+            self._sync__allgather_base(o, i, opts)
+        return outputs
+
+    allgather_into_tensor_coalesced = _collective(_sync_allgather_into_tensor_coalesced)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
-    def gather(self, output_tensors, input_tensors, opts):
+    def _sync_gather(self, output_tensors, input_tensors, opts):
         root, me = opts.rootRank, self.comm.rank
         t = input_tensors[0]
         flat = torch.empty(t.numel() * self.comm.size, dtype=t.dtype) if me == root else None
@@ -172,30 +246,36 @@ class ProcessGroupUniccl(dist.ProcessGroup):
         if me == root:
             for r, o in enumerate(output_tensors[0]):
                 o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
-        return _done(output_tensors)
+        return output_tensors
 
-    def scatter(self, output_tensors, input_tensors, opts):
+    gather = _collective(_sync_gather)
+
+    def _sync_scatter(self, output_tensors, input_tensors, opts):
         root, me = opts.rootRank, self.comm.rank
         out = _Contig(output_tensors[0])
         self.comm.scatter(_flat(input_tensors[0]) if me == root else None, out.t, root=root)
         out.back()
-        return _done(output_tensors)
+        return output_tensors
 
-    def broadcast(self, tensors, opts):
+    scatter = _collective(_sync_scatter)
+
+    def _sync_broadcast(self, tensors, opts):
         for t in tensors:
             c = _Contig(t)
             self.comm.broadcast(c.t, root=opts.rootRank)
             c.back()
-        return _done(tensors)
+        return tensors
+
+    broadcast = _collective(_sync_broadcast)
 
     # ------------------------------------------------------------ all to all
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+    def _sync_alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
         n = self.comm.size
         if not output_split_sizes and not input_split_sizes:  # equal blocks: one uniccl call
             out = _Contig(output)
             self.comm.all_to_all(_Contig(input).t, out.t)
             out.back()
-            return _done([output])
+            return [output]
         # uneven splits: point-to-point, every rank to every rank, in a group (no deadlock)
         row = input.numel() // max(1, input.shape[0]) if input.dim() else 1
         ins = input_split_sizes or [input.shape[0] // n] * n
@@ -215,40 +295,50 @@ class ProcessGroupUniccl(dist.ProcessGroup):
         me = self.comm.rank
         dflat[d_off[me]:d_off[me] + outs[me] * row].copy_(sflat[s_off[me]:s_off[me] + ins[me] * row])
         dst.back()
-        return _done([output])
+        return [output]
+
+    alltoall_base = _collective(_sync_alltoall_base)
 
     all_to_all_single = alltoall_base
 
-    def alltoall(self, output_tensors, input_tensors, opts):
+    def _sync_alltoall(self, output_tensors, input_tensors, opts):
         flat_in = _flat(input_tensors)
         flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
         if len({t.numel() for t in input_tensors}) == 1 and len({t.numel() for t in output_tensors}) == 1:
             self.comm.all_to_all(flat_in, flat_out)
         else:
-            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+            self._sync_alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
                                [t.numel() for t in input_tensors], opts)
         off = 0
         for t in output_tensors:
             t.copy_(flat_out[off:off + t.numel()].view_as(t))
             off += t.numel()
-        return _done(output_tensors)
+        return output_tensors
+
+    alltoall = _collective(_sync_alltoall)
 
     # ------------------------------------------------------------ point to point
-    def send(self, tensors, dst, tag):
+    def _sync_send(self, tensors, dst, tag):
         for t in tensors:
             self.comm.send(_Contig(t).t, dst)
-        return _done(tensors)
+        return tensors
 
-    def recv(self, tensors, src, tag):
+    send = _collective(_sync_send)
+
+    def _sync_recv(self, tensors, src, tag):
         for t in tensors:
             c = _Contig(t)
             self.comm.recv(c.t, src)
             c.back()
-        return _done(tensors)
+        return tensors
 
-    def barrier(self, opts=None):
+    recv = _collective(_sync_recv)
+
+    def _sync_barrier(self, opts=None):
         self.comm.barrier()
-        return _done([])
+        return []
+
+    barrier = _collective(_sync_barrier)
 
 
 def _create(store, rank: int, size: int, timeout) -> ProcessGroupUniccl:

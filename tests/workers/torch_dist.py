@@ -8,6 +8,7 @@ ddp  a small MLP, fixed seed, 20 SGD steps on rank-specific data, float64 and fl
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -54,6 +55,18 @@ def api() -> dict:
         dist.all_reduce(t)
         return t.reshape(-1).tolist()
     keep("all_reduce_noncontiguous", ar_noncontig)
+
+    def ar_pending():  # async_op=True returns at once; a call made meanwhile runs after it
+        t, u = vec(3), vec(2)
+        if rank == 1:
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        work = dist.all_reduce(t, async_op=True)
+        early = [time.monotonic() - t0 < 0.25, not work.is_completed()]
+        dist.all_reduce(u)
+        work.wait()
+        return [early if rank == 0 else None, t.tolist(), u.tolist()]
+    keep("all_reduce_async_pending", ar_pending)
 
     def ar_order():  # floats whose sum depends on the order of the terms: gloo's ring order
         g = torch.Generator().manual_seed(7 + rank)
