@@ -22,9 +22,12 @@ def test_survivors_shrink_and_go_on(transport):
         procs.append(subprocess.Popen([sys.executable, str(WORKERS / "shrink.py")], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     rows = []
-    for r, p in enumerate(procs):
-        out, err = p.communicate(timeout=90)
-        assert p.returncode == (-9 if r == 2 else 0), err[-2000:]
+    done = [p.communicate(timeout=90) for p in procs]
+    codes = [p.returncode for p in procs]
+    # every rank's story when one failed (one rank's error is often another's consequence)
+    assert codes == [0, 0, -9, 0], "\n".join(f"rank {r} (exit {c}): {err[-1500:]}"
+                                              for r, ((_, err), c) in enumerate(zip(done, codes)))
+    for out, _ in done:
         rows += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     rows.sort(key=lambda x: x["rank"])
     assert [r["rank"] for r in rows] == [0, 1, 3]
