@@ -143,7 +143,8 @@ struct uc_shm {
     uint64_t rng;       /* xorshift state of the fault injection */
     uint32_t *crcs;     /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
     uint64_t crc_failures, recopies;
-    const void **src; /* [size] scratch for folds */
+    const void **src; /* [2 * size] scratch for folds (the second half: fold's ring order) */
+    int ring_order;   /* this call folds in gloo's ring order (UC_SHM_RING_ORDER) */
     long *pids;       /* [size] peers' pids (after the first call) */
     int *missing;     /* [size] */
     uc_shm_error err;
@@ -745,9 +746,20 @@ static int check_reduce_args(uc_shm *e, size_t count, size_t blocks, int dtype, 
     return UC_SHM_OK;
 }
 
+/* dst = src[0] op src[1] op ... op src[n-1], left to right.  In ring order (a
+ * reduce_scatter with UC_SHM_RING_ORDER, where the folding rank owns the block) the terms
+ * are taken as gloo's ring adds them: ranks me-1, me-2, ..., me+1, then me. */
 static int fold(uc_shm *e, void *dst, const void **src, size_t count, int dtype, int op) {
     if (!count)
         return UC_SHM_OK;
+    if (e->ring_order) {
+        int n = e->size, me = e->rank;
+        const void **o = e->src + n;
+        for (int j = 0; j < n - 1; j++)
+            o[j] = src[((me - 1 - j) % n + n) % n];
+        o[n - 1] = src[me];
+        src = o;
+    }
     int rc = e->reduce(dst, src[0], src[1], count, dtype, op);
     for (int q = 2; !rc && q < e->size; q++)
         rc = e->reduce(dst, dst, src[q], count, dtype, op);
@@ -1498,7 +1510,12 @@ int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dty
 
 int uc_shm_reduce_scatter(uc_shm *e, const void *send_, void *recv_, size_t count, int dtype, int op) {
     int rc = begin(e, "reduce_scatter");
-    return rc ? rc : end(e, reduce_scatter_impl(e, send_, recv_, count, dtype, op));
+    if (rc)
+        return rc;
+    e->ring_order = op >= 0 && (op & UC_SHM_RING_ORDER) != 0;
+    rc = reduce_scatter_impl(e, send_, recv_, count, dtype, e->ring_order ? op & ~UC_SHM_RING_ORDER : op);
+    e->ring_order = 0;
+    return end(e, rc);
 }
 
 int uc_shm_broadcast(uc_shm *e, void *buf_, size_t nbytes, int root) {
@@ -1607,7 +1624,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         set_err(err, UC_SHM_ESYS, op, "out of memory");
         return NULL;
     }
-    e->src = calloc((size_t)size, sizeof *e->src);
+    e->src = calloc(2 * (size_t)size, sizeof *e->src);
     e->pids = calloc((size_t)size, sizeof *e->pids);
     e->missing = calloc((size_t)size, sizeof *e->missing);
     if (!e->src || !e->pids || !e->missing) {

@@ -132,7 +132,9 @@ int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int
  * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ. */
 int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
                              size_t count, int dtype, int op);
-/* count: elements per rank block; recv may be block `rank` of send. */
+/* count: elements per rank block; recv may be block `rank` of send.  op | UC_SHM_RING_ORDER:
+ * block b is folded as gloo's ring adds it, ((x[b-1] + x[b-2]) + ...) + x[b] (ranks mod n). */
+#define UC_SHM_RING_ORDER 0x100
 int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
 /* recv only used at root (may equal send there). */
 int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root);

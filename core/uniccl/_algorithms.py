@@ -191,17 +191,20 @@ def all_gather_ring(c, recv: int, block: int) -> None:
                      _irecv(c, recv + ri * block, block, left)])
 
 
-def reduce_scatter_ring(c, send: int, recv: int, count: int) -> None:
+def reduce_scatter_ring(c, send: int, recv: int, count: int, reverse: bool = False) -> None:
     """Ring: segment i of ``send`` (``count`` elements) is reduced over all ranks
-    and ends on rank i.  ``send`` is never written (``recv`` may be segment r)."""
+    and ends on rank i.  ``send`` is never written (``recv`` may be segment r).
+    Segment i's partial sum starts on rank i+1 and travels up the ring, or with ``reverse``
+    (gloo's direction) starts on rank i-1 and travels down: ((x[i-1] + x[i-2]) + ...) + x[i]."""
     n, r, isz = c.size, c.rank, c.itemsize
     nbytes = count * isz
-    right, left = (r + 1) % n, (r - 1) % n
+    step = -1 if reverse else 1
+    right, left = (r + step) % n, (r - step) % n  # send to, receive from
     tmp = c.scratch(0, nbytes)
     accs = (c.scratch(1, nbytes), c.scratch(2, nbytes))
-    outgoing = send + ((r - 1) % n) * nbytes
+    outgoing = send + ((r - step) % n) * nbytes
     for s in range(n - 1):
-        own = send + ((r - s - 2) % n) * nbytes
+        own = send + ((r - step * (s + 2)) % n) * nbytes
         dst = recv if s == n - 2 else accs[s % 2]
         sreqs = _isend_chunked(c, outgoing, count, right)
         _recv_reduce(c, dst, own, tmp, count, left)

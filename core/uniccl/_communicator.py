@@ -57,6 +57,8 @@ _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # Header fields every rank must agree on, per collective (indexes into the header).
 _H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT, _H_NATIVE, _H_DEVRED = range(8)
 HEADER_WORDS = 8  # the record the shm engine exchanges
+_RING_ORDER = -2  # a reduce_scatter's root field when it combines in gloo's ring order
+_SHM_RING_ORDER = 0x100  # ... and the flag on its op for the shm engine (shm_engine.h UC_SHM_RING_ORDER)
 # _H_NATIVE: the vendor library this rank would run the call with (0: none); _H_DEVRED: 1 when
 # this rank would reduce staged device buffers with its kernels.  Ranks of a mixed-vendor job
 # may differ in both: a path is taken only when every rank asks for the same one.
@@ -67,7 +69,7 @@ _AGREE = {
     "reduce": (_H_DTYPE, _H_COUNT, _H_OP, _H_ROOT),
     "broadcast": (_H_DTYPE, _H_COUNT, _H_ROOT),
     "all_gather": (_H_DTYPE, _H_COUNT),
-    "reduce_scatter": (_H_DTYPE, _H_COUNT, _H_OP),
+    "reduce_scatter": (_H_DTYPE, _H_COUNT, _H_OP, _H_ROOT),  # root: -1, or _RING_ORDER
     "all_to_all": (_H_DTYPE, _H_COUNT),
     "gather": (_H_DTYPE, _H_COUNT, _H_ROOT),
     "scatter": (_H_DTYPE, _H_COUNT, _H_ROOT),
@@ -297,10 +299,15 @@ class Communicator:
         In place when ``sendbuf`` is block ``rank`` of ``recvbuf``."""
         return self._call("all_gather", self._plan_all_gather, (sendbuf, recvbuf), async_op, timeout)
 
-    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, async_op=False, timeout=None):
+    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, ring_order=False, async_op=False, timeout=None):
         """Block i of ``sendbuf`` (size x len(recvbuf)) reduced over all ranks lands in
-        rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``."""
-        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op), async_op, timeout)
+        rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``.
+
+        ``ring_order=True`` (host buffers): block b is combined as gloo's ring combines it,
+        ((x[b-1] op x[b-2]) op ...) op x[b] with ranks mod size, on every transport alike, so
+        float results are the same bits whichever transport ran them (and gloo's)."""
+        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op, ring_order), async_op,
+                          timeout)
 
     def all_to_all(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
         """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
@@ -859,12 +866,15 @@ class Communicator:
             return recvbuf
         return Plan(name, send.dtype, send.count, -1, -1, run, shm, self.size * send.nbytes)
 
-    def _plan_reduce_scatter(self, sendbuf, recvbuf, op):
+    def _plan_reduce_scatter(self, sendbuf, recvbuf, op, ring_order=False):
         name = "reduce_scatter"
         rop = chk.reduce_op(self, op, name)
-        kop = _KERNEL_OP[rop]
+        kop = _KERNEL_OP[rop] | (_SHM_RING_ORDER if ring_order else 0)
         send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
         recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
+        if ring_order and (isinstance(send, _device.Staged) or isinstance(recv, _device.Staged)):
+            raise InvalidArgument("ring_order is for host buffers (a vendor library keeps its own order)",
+                                  op=name, rank=self.rank, argument="ring_order")
         chk.same_dtype(self, send, recv, name, "recvbuf")
         count = chk.divisible(self, send, name, "sendbuf")
         chk.at_least(self, recv, count, name, "recvbuf", "count of sendbuf / size")
@@ -875,7 +885,7 @@ class Communicator:
             if c.size == 1:
                 self._copy(recv.ptr, send.ptr, nbytes)
             elif count:
-                alg.reduce_scatter_ring(c, send.ptr, recv.ptr, count)
+                alg.reduce_scatter_ring(c, send.ptr, recv.ptr, count, reverse=ring_order)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
 
@@ -883,7 +893,9 @@ class Communicator:
             e.reduce_scatter(send.ptr, recv.ptr, count, send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
-        return Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
+        # the record's root field says the order (agreed: ranks asking for different orders
+        # would get different bits)
+        return Plan(name, send.dtype, count, rop, _RING_ORDER if ring_order else -1, run, shm, send.nbytes)
 
     def _plan_all_to_all(self, sendbuf, recvbuf):
         name = "all_to_all"
@@ -1055,4 +1067,6 @@ def _describe(field: int, value) -> str:
         return dtype_name(value) if 0 <= value < len(DType) else str(value)
     if field == _H_OP:
         return ReduceOp(value).name.lower() if 0 <= value < len(ReduceOp) else str(value)
+    if field == _H_ROOT and value < 0:
+        return "none (gloo's ring order)" if value == _RING_ORDER else "none"
     return str(value)

@@ -7,10 +7,10 @@ partial sum travelling down the ring and ending on rank c.  Its chunk boundaries
 its segments: numSegments = roundUp(max(ceil(bytes / 1 MiB), 2n), n), segment bytes =
 roundUp(ceil(bytes / numSegments), itemsize), chunk c = segments [c*spr, (c+1)*spr).
 
-We reproduce the same sums with uniccl's own collectives, at a ring's traffic: an all_to_all
-hands every rank the chunk it owns from every rank ((n-1)/n of the buffer, like a ring
-reduce-scatter), the rank adds them locally in gloo's order, and an all_gather shares the
-chunks.  Used by the torch backend.
+We reproduce the same sums with uniccl's own collectives on gloo's chunks: a reduce_scatter
+with ``ring_order=True`` (the shared-memory engine folds each block in that order; the TCP
+and MPI paths run the ring in gloo's direction), then an all_gather.  Used by the torch
+backend.
 """
 from __future__ import annotations
 
@@ -46,21 +46,15 @@ class GlooOrderAllReduce:
         comm = self.comm
         n, me, numel = comm.size, comm.rank, len(flat)
         k = chunk_elements(numel, flat.itemsize, n)
-        if numel == n * k:  # the chunks fill the buffer exactly: send it as it is
+        if numel == n * k:  # the chunks fill the buffer exactly: use it as it is
             send = flat
         else:
             send = self._buffer("send", flat, n * k)
             send[:numel] = flat
             send[numel:] = 0
-        got = self._buffer("got", flat, n * k)
-        comm.all_to_all(send, got)  # block j: rank j's values of my chunk
-        block = [got[j * k:(j + 1) * k] for j in range(n)]
-        acc = block[(me - 1) % n]
-        combine = _ops(flat)[op]
-        combine(acc, block[(me - 2) % n], out=acc)
-        for step in range(3, n + 1):  # ranks me-3, ..., me-n+1, then me itself
-            combine(acc, block[(me - step) % n], out=acc)
-        comm.all_gather(acc, send)
+        mine = send[me * k:(me + 1) * k]
+        comm.reduce_scatter(send, mine, op, ring_order=True)  # in place: my chunk, reduced
+        comm.all_gather(mine, send)  # in place too
         if send is not flat:
             flat[:] = send[:numel]
 
@@ -77,10 +71,3 @@ def _empty_like(flat, count: int):
         return np.empty(count, dtype=flat.dtype)
     import torch
     return torch.empty(count, dtype=flat.dtype)
-
-
-def _ops(flat) -> dict:
-    if isinstance(flat, np.ndarray):  # numpy: no thread pool to fight the ranks for the cores
-        return {"sum": np.add, "prod": np.multiply}
-    import torch
-    return {"sum": torch.add, "prod": torch.mul}

@@ -150,6 +150,50 @@ def case_barrier(comm):
         assert waited > 0.2, waited
 
 
+def _terms(comm, q: int, count: int, dtype) -> np.ndarray:
+    """Rank q's send buffer of the ring-order cases: values ten orders of magnitude apart
+    (sums of three or more then depend on the order of the terms)."""
+    g = np.random.default_rng(1000 + q)
+    return (g.standard_normal(comm.size * count) * 10.0 ** g.uniform(-5, 5, comm.size * count)).astype(dtype)
+
+
+def case_reduce_scatter_ring_order(comm):
+    """ring_order=True: block b is ((x[b-1] + x[b-2]) + ...) + x[b], bit for bit, on every
+    transport (numpy adds the terms one at a time in that order for the reference)."""
+    n, me = comm.size, comm.rank
+    for dtype in (np.float64, np.float32, np.float16):
+        for count in (1, 7, 1000, (1 << 20) // np.dtype(dtype).itemsize + 5):  # the last: the engine's CMA path
+            xs = [_terms(comm, q, count, dtype) for q in range(n)]
+            for op, fn in (("sum", np.add), ("prod", np.multiply)):
+                if op == "prod" and count > 1000:
+                    continue
+                blk = slice(me * count, (me + 1) * count)
+                expect = xs[(me - 1) % n][blk].copy()
+                for j in range(2, n + 1):  # ranks me-2, ..., me+1, then me
+                    expect = fn(expect, xs[(me - j) % n][blk]).astype(dtype)
+                out = np.zeros(count, dtype)
+                comm.reduce_scatter(xs[me], out, op, ring_order=True)
+                assert out.tobytes() == expect.tobytes(), (dtype, count, op, np.flatnonzero(out != expect)[:5])
+                inplace = xs[me].copy()  # in place: recvbuf is block `rank` of sendbuf
+                comm.reduce_scatter(inplace, inplace[blk], op, ring_order=True)
+                assert inplace[blk].tobytes() == expect.tobytes(), (dtype, count, op, "in place")
+
+
+def case_ring_order_must_agree(comm):
+    """One rank asking for gloo's ring order and the others not is a mismatch, named."""
+    if comm.size < 2:
+        return
+    x, out = np.ones(4 * comm.size), np.zeros(4)
+    try:
+        comm.reduce_scatter(x, out, ring_order=comm.rank == 0)
+    except uniccl.InvalidUsage as exc:
+        assert "gloo's ring order" in str(exc), exc
+    else:
+        raise AssertionError("a reduce_scatter whose ranks asked for different orders passed")
+    comm.reduce_scatter(x, out, ring_order=True)  # the communicator goes on
+    assert (out == comm.size).all()
+
+
 def case_ranks_and_returns(comm):
     assert (comm.rank, comm.size) == (world.rank, world.size)
     assert comm.local_size == comm.size and comm.local_rank == comm.rank  # one host
