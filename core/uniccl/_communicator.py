@@ -171,7 +171,9 @@ class Communicator:
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
         self._name = name
         self._flight = FlightRecorder(name, self.rank, self.size)
-        self._light: dict = {}  # (collective, size bucket) -> its TCP records ride on the data alone
+        # (collective, dtype, count, op, root, bytes, has a host path) -> (its record, whether
+        # it rides on the data alone): a call's announcement is made once per shape
+        self._announce: dict = {}
         self._announced = None  # (plan, seq) of the running TCP call
         self._in_data = False  # the running call is past its agreement
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
@@ -689,17 +691,23 @@ class Communicator:
         """TCP: the records travel with the data (:meth:`TCPTransport.announce`) instead of a
         round trip before it; data from a peer is used only once its record matched."""
         name, error = plan.name, plan.error
-        agreed = _AGREE[name]  # only what the call must agree on is compared
-        record = _RECORD.pack(error is not None, _COLL_IDS[name],
-                              plan.dtype if _H_DTYPE in agreed else -1, plan.count if _H_COUNT in agreed else -1,
-                              plan.op if _H_OP in agreed else -1, plan.root if _H_ROOT in agreed else -1, -1, -1)
+        key = (name, plan.dtype, plan.count, plan.op, plan.root, plan.nbytes, plan.run is not None)
+        known = self._announce.get(key) if error is None else None
+        if known is None:
+            agreed = _AGREE[name]  # only what the call must agree on is compared
+            record = _RECORD.pack(error is not None, _COLL_IDS[name],
+                                  plan.dtype if _H_DTYPE in agreed else -1, plan.count if _H_COUNT in agreed else -1,
+                                  plan.op if _H_OP in agreed else -1, plan.root if _H_ROOT in agreed else -1, -1, -1)
+            light = False
+            if error is None and plan.nbytes > 0 and plan.run is not None and self.size <= 64:
+                light = self._tuner.choose(name, plan.nbytes).algorithm in _COVERING.get(name, ())
+            known = record, light
+            if error is None:
+                if len(self._announce) >= 256:  # a program's calls repeat: a few shapes, kept
+                    self._announce.clear()
+                self._announce[key] = known
+        record, light = known
         full = record if error is None else record + pickle.dumps(error)  # peers name it
-        light = False
-        if error is None and plan.nbytes > 0 and plan.run is not None and self.size <= 64:
-            key = (name, plan.nbytes.bit_length())
-            light = self._light.get(key)
-            if light is None:
-                light = self._light[key] = self._tuner.choose(name, plan.nbytes).algorithm in _COVERING.get(name, ())
         t = self._t
         self._in_data = True  # a failure from here (but a mismatch) leaves peers waiting
         self._announced = plan, seq

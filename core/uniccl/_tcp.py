@@ -786,6 +786,7 @@ class TCPTransport:
         self.active = False  # an announced call is running (see announce)
         self._seq = self._tag = self._own = self._full = self._recs = self._mismatched = self._stamp = None
         self._light, self._mask, self._full_mask = False, 0, (1 << self.size) - 1
+        self._own_mask = _MASK.pack(1 << self.rank)
         mesh.live += 1
 
     def set_timeout(self, seconds: float) -> None:
@@ -887,7 +888,7 @@ class TCPTransport:
         self._seq, self._tag, self._own, self._full, self._light = seq, tag, record, full, light
         self._mismatched = mismatched
         self._mask = 1 << me
-        self._stamp = record + _MASK.pack(self._mask)
+        self._stamp = record + self._own_mask
         self.active = True
         known_bad = mesh.begin(self.ctx + DATA, seq, tag, record)
         if not light:
