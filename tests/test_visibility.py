@@ -73,6 +73,15 @@ def test_traces_merge_onto_one_timeline(transport, tmp_path):
     messages = [e for e in merged["traceEvents"] if e.get("name") == "message"]
     if transport == "tcp":
         assert {e["pid"] for e in messages} == {0, 1, 2} and all(e["args"]["bytes"] > 0 for e in messages)
+    else:  # the engine's transfers: reductions, and data taken from each peer
+        transfers = [e for e in merged["traceEvents"] if e.get("name") == "transfer"]
+        assert {e["pid"] for e in transfers} == {0, 1, 2} and all(e["args"]["bytes"] > 0 for e in transfers)
+        assert {e["args"]["kind"] for e in transfers} >= {"reduce"}
+        for pid in range(3):  # every rank took data from both others (all_gather, broadcast)
+            peers = {e["args"].get("peer") for e in transfers if e["pid"] == pid and e["args"]["kind"] != "reduce"}
+            assert peers == {p for p in range(3) if p != pid}, (pid, peers)
+        reduced = sum(e["args"]["bytes"] for e in transfers if e["pid"] == 0 and e["args"]["kind"] == "reduce")
+        assert reduced >= 7 * 4 * (1 << 16) // 3  # rank 0's share of seven 256 KiB all_reduces at least
     tracks = {e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "thread_name"}
     assert "calls" in tracks
 

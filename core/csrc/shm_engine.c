@@ -144,6 +144,9 @@ struct uc_shm {
     uint32_t *crcs;     /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
     uint64_t crc_failures, recopies;
     const void **src; /* [2 * size] scratch for folds (the second half: fold's ring order) */
+    uc_shm_event *ev; /* uc_shm_trace: events of the calls since the last take */
+    size_t ev_cap, ev_n;
+    uint64_t ev_dropped;
     int ring_order;   /* this call folds in gloo's ring order (UC_SHM_RING_ORDER) */
     long *pids;       /* [size] peers' pids (after the first call) */
     int *missing;     /* [size] */
@@ -570,7 +573,50 @@ static int cma_failed(uc_shm *e, int peer, int saved, const char *call, size_t n
     return fatal(e);
 }
 
+/* ============================================================ tracing */
+static inline uint64_t wall_ns(uc_shm *e) {
+    if (!e->ev)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void event(uc_shm *e, uint64_t t0, int kind, int peer, size_t bytes) {
+    if (!e->ev)
+        return;
+    if (e->ev_n == e->ev_cap) {
+        e->ev_dropped++;
+        return;
+    }
+    e->ev[e->ev_n++] = (uc_shm_event){t0, wall_ns(e), (uint64_t)bytes, kind, peer};
+}
+
+int uc_shm_trace(uc_shm *e, size_t capacity) {
+    uc_shm_event *ev = NULL;
+    if (capacity && !(ev = calloc(capacity, sizeof *ev)))
+        return UC_SHM_ESYS;
+    free(e->ev);
+    e->ev = ev;
+    e->ev_cap = capacity;
+    e->ev_n = 0;
+    e->ev_dropped = 0;
+    return UC_SHM_OK;
+}
+
+size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped) {
+    size_t n = e->ev_n < max ? e->ev_n : max;
+    if (n)
+        memcpy(out, e->ev, n * sizeof *out);
+    *dropped = e->ev_dropped + (e->ev_n - n);
+    e->ev_n = 0;
+    e->ev_dropped = 0;
+    return n;
+}
+
 static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n) {
+    uint64_t t0 = wall_ns(e);
+    size_t total = n;
     char *dst = local;
     while (n) {
         struct iovec l = {dst, n}, r = {(void *)(uintptr_t)remote, n};
@@ -583,10 +629,13 @@ static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n)
             return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
         dst += got, remote += (uint64_t)got, n -= (size_t)got;
     }
+    event(e, t0, UC_SHM_EV_READ, peer, total);
     return UC_SHM_OK;
 }
 
 static int cma_write(uc_shm *e, int peer, uint64_t remote, const void *local, size_t n) {
+    uint64_t t0 = wall_ns(e);
+    size_t total = n;
     const char *src = local;
     while (n) {
         struct iovec l = {(void *)src, n}, r = {(void *)(uintptr_t)remote, n};
@@ -599,6 +648,7 @@ static int cma_write(uc_shm *e, int peer, uint64_t remote, const void *local, si
             return FAIL(e, UC_SHM_ESYS, "process_vm_writev to rank %d made no progress", peer);
         src += put, remote += (uint64_t)put, n -= (size_t)put;
     }
+    event(e, t0, UC_SHM_EV_WRITE, peer, total);
     return UC_SHM_OK;
 }
 
@@ -760,9 +810,11 @@ static int fold(uc_shm *e, void *dst, const void **src, size_t count, int dtype,
         o[n - 1] = src[me];
         src = o;
     }
+    uint64_t t0 = wall_ns(e);
     int rc = e->reduce(dst, src[0], src[1], count, dtype, op);
     for (int q = 2; !rc && q < e->size; q++)
         rc = e->reduce(dst, dst, src[q], count, dtype, op);
+    event(e, t0, UC_SHM_EV_REDUCE, -1, count * ITEMSIZE[dtype]);
     if (rc)
         return FAIL(e, UC_SHM_EKERNEL, "the reduce kernel returned status %d (dtype %d, op %d)", rc, dtype, op);
     return UC_SHM_OK;
@@ -795,7 +847,10 @@ static int corrupt(uc_shm *e, int q, uint64_t g, int region, const char *what) {
 
 /* copy_out of a region of rank q's slot, checked and copied again on a mismatch */
 static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void *src, size_t n, int nt) {
+    uint64_t t0 = wall_ns(e);
     copy_out(e, dst, src, n, nt);
+    if (q != e->rank) /* a peer's data (not this rank's own, staged in its own slot) */
+        event(e, t0, UC_SHM_EV_COPY, q, n);
     if (!e->checksum || !n)
         return UC_SHM_OK;
     nt_fence(e);
@@ -1819,6 +1874,7 @@ int uc_shm_close(uc_shm *e) {
     }
     munmap(e->base, e->map_bytes);
     free(e->src);
+    free(e->ev);
     free(e->pids);
     free(e->missing);
     free(e);

@@ -123,6 +123,19 @@ void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *re
 /* Seconds each later call may wait (0: forever; dead peers are still detected). */
 int uc_shm_set_timeout(uc_shm *e, double timeout);
 
+/* Tracing (UNICCL_TRACE): with a capacity > 0 the engine records what each call does with
+ * its peers' data, one event per transfer: read from or written to a peer's memory
+ * (single-copy), copied out of a peer's slot, or reduced; wall-clock (CLOCK_REALTIME) ns.
+ * uc_shm_take_events copies out up to `max` events, oldest first, and empties the record
+ * (events beyond the capacity are counted in *dropped).  Capacity 0 turns it off. */
+enum { UC_SHM_EV_READ = 0, UC_SHM_EV_WRITE = 1, UC_SHM_EV_COPY = 2, UC_SHM_EV_REDUCE = 3 };
+typedef struct {
+    uint64_t t0_ns, t1_ns, bytes;
+    int32_t kind, peer; /* peer -1: every rank's data (a reduction) */
+} uc_shm_event;
+int uc_shm_trace(uc_shm *e, size_t capacity);
+size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped);
+
 /* Allgather of one 8 x int64 record per rank: out[size][8].  A barrier. */
 int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);
 int uc_shm_barrier(uc_shm *e);

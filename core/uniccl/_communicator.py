@@ -190,6 +190,8 @@ class Communicator:
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message
+        if self._engine is not None and self._tracer is not None:
+            self._engine.trace(1 << 16)  # spans per transfer with each peer, taken after each call
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             self._make_hierarchy(ids)
@@ -443,6 +445,13 @@ class Communicator:
                 "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip()}
         if plan.p2p:
             args["peer"] = plan.root
+        if self._engine is not None:
+            events, dropped = self._engine.take_events()
+            if dropped:
+                args["transfers_not_traced"] = dropped
+            for kind, peer, nbytes, e0, e1 in events:
+                track = "reduce" if peer < 0 else f"{kind} {'to' if kind == 'write' else 'from'} rank {peer}"
+                self._tracer.span("transfer", track, e0, e1, {"bytes": nbytes, "kind": kind, "peer": peer, "seq": seq})
         self._tracer.span(plan.name, "calls", t0, t1, args)
 
     def _set_timeout(self, timeout: float) -> None:

@@ -23,7 +23,8 @@ creator's values hold for every rank),
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.exc cimport PyErr_Occurred
-from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp
 
 import atexit
@@ -92,6 +93,11 @@ cdef extern from "shm_engine.h" nogil:
     void uc_shm_abort(uc_shm *e, const char *why)
     void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies)
     int uc_shm_set_timeout(uc_shm *e, double timeout)
+    ctypedef struct uc_shm_event:
+        uint64_t t0_ns, t1_ns, bytes
+        int32_t kind, peer
+    int uc_shm_trace(uc_shm *e, size_t capacity)
+    size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped)
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
     int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
@@ -104,6 +110,8 @@ cdef extern from "shm_engine.h" nogil:
     int uc_shm_all_to_all(uc_shm *e, const void *send, void *recv, size_t block_bytes)
     int uc_shm_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
     int uc_shm_scatter(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
+
+_EVENT_KINDS = ("read", "write", "copy", "reduce")  # shm_engine.h UC_SHM_EV_*
 
 cdef extern from "crc32c.h" nogil:
     uint32_t uc_crc32c(uint32_t crc, const void *buf, size_t n)
@@ -213,6 +221,7 @@ cdef class ShmEngine:
     cdef readonly int rank
     cdef readonly int size
     cdef readonly bint creator
+    cdef size_t _trace_cap
     cdef object __weakref__
 
     def __cinit__(self):
@@ -316,6 +325,31 @@ cdef class ShmEngine:
             raise InvalidArgument(f"must be a number of seconds >= 0, got {timeout!r}", op="set_timeout",
                                   argument="timeout")
         uc_shm_set_timeout(self._live("set_timeout"), timeout)
+
+    def trace(self, size_t capacity):
+        """Record each call's transfers (at most ``capacity`` events between takes; 0: off)."""
+        if uc_shm_trace(self._live("trace"), capacity):
+            raise MemoryError("uniccl shm engine: no memory for the trace")
+        self._trace_cap = capacity
+
+    def take_events(self) -> tuple:
+        """(events, dropped): the transfers recorded since the last take, oldest first, as
+        (kind, peer, bytes, t0_ns, t1_ns) with kind "read", "write", "copy" or "reduce"
+        (peer -1: every rank's data); dropped: those beyond the capacity."""
+        cdef uc_shm *e = self._live("take_events")
+        cdef size_t cap = self._trace_cap or 1, n
+        cdef uint64_t dropped = 0
+        cdef uc_shm_event *buf = <uc_shm_event *>malloc(cap * sizeof(uc_shm_event))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            out = []
+            n = uc_shm_take_events(e, buf, cap, &dropped)
+            for i in range(n):
+                out.append((_EVENT_KINDS[buf[i].kind], buf[i].peer, buf[i].bytes, buf[i].t0_ns, buf[i].t1_ns))
+            return out, dropped
+        finally:
+            free(buf)
 
     @property
     def integrity(self) -> dict:
