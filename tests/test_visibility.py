@@ -198,6 +198,29 @@ def test_report_names_the_slowed_rank_and_renders_in_chromium(tmp_path):
     assert len(np.unique(colors // 16, axis=0)) > 100  # a heatmap's and plots' worth of colours
 
 
+def test_report_heatmap_from_shared_memory_transfers(tmp_path):
+    """A shared-memory job has no TCP links: the report's heatmap and slowest link come from
+    the engine's traced transfers, every pair of ranks in both directions."""
+    pytest.importorskip("matplotlib")
+    trace = tmp_path / "trace"
+    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", VIS, "report"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, UNICCL_TRANSPORT="shm", UNICCL_TRACE=str(trace)))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    from uniccl import _report
+
+    data = _report.load(str(trace))
+    n, m, what = _report.link_matrix(data["stats"], data["traces"])
+    assert n == 3 and what.startswith("shared-memory")
+    assert all(m[s][d] is not None and m[s][d] > 0 for s in range(3) for d in range(3) if s != d), m
+    page = tmp_path / "report.html"
+    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png",
+                          str(tmp_path / "png")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "heatmap.png" in os.listdir(tmp_path / "png")
+    assert "shared-memory transfers" in re.search(r'<ul id="findings">(.*?)</ul>', page.read_text()).group(1)
+
+
 def test_debug_file_per_rank(tmp_path):
     """UNICCL_DEBUG=INFO with UNICCL_DEBUG_FILE: one file per rank, %h %p %r expanded."""
     import socket

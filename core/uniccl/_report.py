@@ -5,7 +5,8 @@ any ``uniccl bench --json`` files there or given with ``--bench``:
 - findings in words: the slowest rank (the one the others wait for at the start of their
   collectives) and the slowest link;
 - a per-rank timeline of the calls, on rank 0's clock;
-- a rank x rank bandwidth heatmap of the TCP links (receiver's view);
+- a rank x rank bandwidth heatmap of the TCP links (receiver's view), or of the shared-memory
+  engine's traced transfers;
 - bus bandwidth against message size per collective (telemetry, and bench rows);
 - the topology: hosts, ranks, platform, transport, the algorithms the calls took.
 
@@ -94,29 +95,49 @@ def slowest_rank(traces: dict) -> dict | None:
 MIN_LINK_BYTES = 1 << 20
 
 
-def link_matrix(stats: dict):
-    """(size, matrix[src][dst] GB/s or None) from the receivers' link stats; links that carried
-    less than 1 MiB or 1/20 of the busiest one are left out (no bandwidth to speak of)."""
+def link_matrix(stats: dict, traces: dict | None = None):
+    """(size, matrix[src][dst] GB/s or None, what it measures) from the receivers' TCP link
+    stats or, with none (a shared-memory job), from the engine's traced transfers: data a
+    rank read or copied from a peer went peer -> rank, data it wrote went rank -> peer.
+    Pairs that moved less than 1 MiB or 1/20 of the busiest are left out (no bandwidth to
+    speak of)."""
     world = _world_stats(stats)
-    if not world:
-        return 0, []
-    n = max(s["size"] for s in world.values())
+    n = max((s["size"] for s in world.values()), default=len(traces or {}))
+    carried = {}  # (src, dst) -> [bytes, seconds]
+    for dst, s in world.items():
+        for src, link in (s.get("links") or {}).items():
+            if link.get("recv_seconds"):
+                carried[(int(src), dst)] = [link["recv_bytes"], link["recv_seconds"]]
+    what = "TCP links, as received"
+    if not carried and traces:
+        what = "shared-memory transfers, from the traces"
+        for rank, t in traces.items():
+            for e in t["spans"]:
+                a = e.get("args", {})
+                if e["name"] != "transfer" or a.get("peer", -1) < 0 or not e.get("dur"):
+                    continue
+                key = (rank, a["peer"]) if a.get("kind") == "write" else (a["peer"], rank)
+                c = carried.setdefault(key, [0, 0.0])
+                c[0] += a["bytes"]
+                c[1] += e["dur"] / 1e6
+    if not n or not carried:
+        return 0, [], what
+    n = max(n, 1 + max(max(k) for k in carried))
     m = [[None] * n for _ in range(n)]
-    links = [(int(src), dst, link) for dst, s in world.items() for src, link in (s.get("links") or {}).items()]
-    busiest = max((link.get("recv_bytes", 0) for _, _, link in links), default=0)
-    for src, dst, link in links:  # links that carried data, not only a few control messages
-        if link.get("recv_seconds") and link["recv_bytes"] >= max(MIN_LINK_BYTES, busiest / 20):
-            m[src][dst] = link["recv_bytes"] / link["recv_seconds"] / 1e9
-    return n, m
+    busiest = max(b for b, _ in carried.values())
+    for (src, dst), (nbytes, seconds) in carried.items():
+        if seconds and nbytes >= max(MIN_LINK_BYTES, busiest / 20):
+            m[src][dst] = nbytes / seconds / 1e9
+    return n, m, what
 
 
-def slowest_link(stats: dict) -> dict | None:
-    n, m = link_matrix(stats)
+def slowest_link(stats: dict, traces: dict | None = None) -> dict | None:
+    n, m, what = link_matrix(stats, traces)
     cells = [(m[s][d], s, d) for s in range(n) for d in range(n) if m and m[s][d] is not None]
     if len(cells) < 2:
         return None
     bw, s, d = min(cells)
-    return {"src": s, "dst": d, "GBps": bw, "median_GBps": statistics.median(c[0] for c in cells)}
+    return {"src": s, "dst": d, "GBps": bw, "median_GBps": statistics.median(c[0] for c in cells), "what": what}
 
 
 def findings(data: dict) -> list[str]:
@@ -127,10 +148,10 @@ def findings(data: dict) -> list[str]:
                    f"{slow['last_share']:.0%} of {slow['calls']} collectives last, on average "
                    f"{slow['mean_late_ms']:.2f} ms after the first rank (the others: "
                    f"{slow['others_late_ms']:.2f} ms) — the others wait for it.")
-    link = slowest_link(data["stats"])
+    link = slowest_link(data["stats"], data["traces"])
     if link is not None:
         out.append(f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
-                   f"(median link {link['median_GBps']:.3f} GB/s).")
+                   f"(median link {link['median_GBps']:.3f} GB/s; {link['what']}).")
     for r, s in sorted(_world_stats(data["stats"]).items()):
         bad = sum(link.get("retransmits", 0) + link.get("checksum_failures", 0) for link in (s.get("links") or {}).values())
         if bad:
@@ -177,7 +198,7 @@ def plot_heatmap(data: dict):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    n, m = link_matrix(data["stats"])
+    n, m, what = link_matrix(data["stats"], data["traces"])
     if not n or all(v is None for row in m for v in row):
         return None
     arr = np.array([[np.nan if v is None else v for v in row] for row in m])
@@ -191,7 +212,7 @@ def plot_heatmap(data: dict):
     ax.set_yticks(range(n))
     ax.set_xlabel("to rank")
     ax.set_ylabel("from rank")
-    ax.set_title("Link bandwidth, GB/s (TCP, as received)")
+    ax.set_title(f"Link bandwidth, GB/s ({what})")
     fig.colorbar(im, ax=ax)
     return _png(fig)
 
@@ -257,7 +278,7 @@ def build(path: str, bench_files=(), png_dir: str | None = None) -> str:
     for key, title, png in plots:
         if png is None:
             parts.append(f"<h2>{title}</h2><p>(no data for this plot: "
-                         f"{'no TCP links measured' if key == 'heatmap' else 'nothing recorded'})</p>")
+                         f"{'no TCP links measured and no traced transfers' if key == 'heatmap' else 'nothing recorded'})</p>")
             continue
         if png_dir:
             os.makedirs(png_dir, exist_ok=True)
