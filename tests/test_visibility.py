@@ -111,7 +111,6 @@ def test_prometheus_metrics_from_a_running_job(tmp_path):
 
 def test_top_shows_every_rank_of_a_running_job(tmp_path):
     """`uniccl top` in a pseudo-terminal against a 4-rank job whose last rank is slow."""
-    import pty  # noqa: F401  (POSIX pseudo-terminals: os.openpty)
     import select
 
     status = tmp_path / "status"
