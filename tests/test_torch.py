@@ -54,6 +54,8 @@ def test_api_surface_matches_gloo_and_numpy(n, tmp_path):
         terms = [json.loads((tmp_path / f"uniccl-{q}.json").read_text())["all_reduce_float_order"][0]
                  for q in range(n)]
         np.testing.assert_allclose(ours["all_reduce_float_order"][1], np.sum(terms, 0), rtol=1e-9, atol=1e-9)
+        assert ours["all_reduce_in_callback"] == [np.sum([vec(3, q) for q in range(n)], 0).tolist(),
+                                                  np.sum([vec(2, q) for q in range(n)], 0).tolist()]
         if r == 0:  # returned while rank 1 still slept: pending, like gloo's
             assert ours["all_reduce_async_pending"][0] == [True, True]
         assert ours["all_reduce_async_pending"][1:] == [np.sum([vec(3, q) for q in range(n)], 0).tolist(),

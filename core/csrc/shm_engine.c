@@ -604,6 +604,10 @@ int uc_shm_trace(uc_shm *e, size_t capacity) {
     return UC_SHM_OK;
 }
 
+size_t uc_shm_event_count(const uc_shm *e) {
+    return e->ev_n;
+}
+
 size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped) {
     size_t n = e->ev_n < max ? e->ev_n : max;
     if (n)

@@ -135,6 +135,7 @@ typedef struct {
 } uc_shm_event;
 int uc_shm_trace(uc_shm *e, size_t capacity);
 size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped);
+size_t uc_shm_event_count(const uc_shm *e); /* events recorded since the last take */
 
 /* Allgather of one 8 x int64 record per rank: out[size][8].  A barrier. */
 int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);

@@ -309,7 +309,8 @@ class Communicator:
 
         ``ring_order=True`` (host buffers): block b is combined as gloo's ring combines it,
         ((x[b-1] op x[b-2]) op ...) op x[b] with ranks mod size, on every transport alike, so
-        float results are the same bits whichever transport ran them (and gloo's)."""
+        float sums and products are the same bits whichever transport ran them (and gloo's;
+        MAX/MIN may still differ in which NaN or which zero's sign wins)."""
         return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op, ring_order), async_op,
                           timeout)
 
@@ -429,24 +430,32 @@ class Communicator:
             except UnicclError as exc:
                 if self._telemetry is not None:
                     self._telemetry.failure(plan.name)
+                if tracer is not None:  # what moved before it failed, under this call
+                    self._trace_call(plan, seq, t0, time.time_ns(), failed=type(exc).__name__)
                 raise self._failed(plan, seq, timeout, exc) from None
             self._flight.finished(plan.entry)
-            if self._telemetry is not None:
+            if self._telemetry is not None or tracer is not None:
                 t1 = perf_counter_ns() if tracer is None else time.time_ns()
-                self._telemetry.record(plan.name, plan.nbytes, t1 - t0)
+                if self._telemetry is not None:
+                    self._telemetry.record(plan.name, plan.nbytes, t1 - t0)
                 if tracer is not None:
                     self._trace_call(plan, seq, t0, t1)
             return result
 
-    def _trace_call(self, plan: Plan, seq, t0: int, t1: int) -> None:
+    def _trace_call(self, plan: Plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
         entry = plan.entry
         path = entry[_fl.PATH] if entry is not None else ""
         args = {"communicator": self._name, "seq": seq, "bytes": plan.nbytes,
                 "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip()}
+        if failed:
+            args["failed"] = failed
         if plan.p2p:
             args["peer"] = plan.root
         if self._engine is not None:
-            events, dropped = self._engine.take_events()
+            try:
+                events, dropped = self._engine.take_events()
+            except UnicclError:  # the engine was closed (abort): nothing more to take
+                events, dropped = [], 0
             if dropped:
                 args["transfers_not_traced"] = dropped
             for kind, peer, nbytes, e0, e1 in events:

@@ -6,7 +6,8 @@ Series (labels ``communicator``, ``rank``, ``op``, ``size`` — the message-size
 upper bound — and, for links, ``peer``):
 ``uniccl_calls_total``, ``uniccl_bytes_total``, ``uniccl_call_seconds_total``,
 ``uniccl_call_latency_seconds`` (histogram, a bucket per power of two), ``uniccl_failed_calls_total``;
-``uniccl_link_{sent,received}_bytes_total``, ``uniccl_link_{send,receive}_seconds_total``,
+``uniccl_link_{sent,received}_bytes_total``, ``uniccl_link_{sent,received}_timed_bytes_total`` and
+``uniccl_link_{send,receive}_seconds_total`` (bandwidth: timed bytes / seconds),
 ``uniccl_link_retransmits_total``, ``uniccl_link_checksum_failures_total`` (TCP connections).
 Needs ``prometheus-client`` (``pip install uniccl[metrics]``).
 """
@@ -91,8 +92,11 @@ class _Collector:
         failed = CounterMetricFamily("uniccl_failed_calls", "Calls that raised", labels=["communicator", "rank", "op"])
         link_labels = ["rank", "peer"]
         link = {k: CounterMetricFamily(f"uniccl_link_{k}", h, labels=link_labels) for k, h in (
-            ("sent_bytes", "Bytes sent to the peer"), ("send_seconds", "Seconds spent sending messages of 32 KiB or more to the peer"),
+            ("sent_bytes", "Bytes sent to the peer"),
+            ("sent_timed_bytes", "Bytes sent to the peer in messages of 32 KiB or more (timed)"),
+            ("send_seconds", "Seconds spent sending messages of 32 KiB or more to the peer"),
             ("received_bytes", "Bytes received from the peer"),
+            ("received_timed_bytes", "Bytes received from the peer in messages of 32 KiB or more (timed)"),
             ("receive_seconds", "Seconds spent receiving messages of 32 KiB or more from the peer"),
             ("retransmits", "Messages sent again to the peer"),
             ("checksum_failures", "Messages from the peer that failed their checksum"))}
@@ -114,11 +118,12 @@ class _Collector:
             mesh = getattr(comm._t, "mesh", None)
             if mesh is not None and mesh.links is not None and id(mesh) not in meshes:
                 meshes.add(id(mesh))
-                for peer, (tx_b, tx_ns, rx_b, rx_ns, resent, bad, *_) in enumerate(mesh.links):
+                for peer, (tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_t, rx_t) in enumerate(mesh.links):
                     if peer == mesh.rank:
                         continue
                     lv = [str(mesh.rank), str(peer)]
-                    for key, v in (("sent_bytes", tx_b), ("send_seconds", tx_ns / 1e9), ("received_bytes", rx_b),
+                    for key, v in (("sent_bytes", tx_b), ("sent_timed_bytes", tx_t), ("send_seconds", tx_ns / 1e9),
+                                   ("received_bytes", rx_b), ("received_timed_bytes", rx_t),
                                    ("receive_seconds", rx_ns / 1e9), ("retransmits", resent),
                                    ("checksum_failures", bad)):
                         link[key].add_metric(lv, v)

@@ -106,8 +106,8 @@ def link_matrix(stats: dict, traces: dict | None = None):
     carried = {}  # (src, dst) -> [bytes, seconds]
     for dst, s in world.items():
         for src, link in (s.get("links") or {}).items():
-            if link.get("recv_seconds"):
-                carried[(int(src), dst)] = [link["recv_bytes"], link["recv_seconds"]]
+            if link.get("recv_seconds"):  # timed messages (>= 32 KiB) over the time they took
+                carried[(int(src), dst)] = [link.get("recv_timed_bytes", link["recv_bytes"]), link["recv_seconds"]]
     what = "TCP links, as received"
     if not carried and traces:
         what = "shared-memory transfers, from the traces"

@@ -98,6 +98,7 @@ cdef extern from "shm_engine.h" nogil:
         int32_t kind, peer
     int uc_shm_trace(uc_shm *e, size_t capacity)
     size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped)
+    size_t uc_shm_event_count(const uc_shm *e)
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
     int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
@@ -221,7 +222,6 @@ cdef class ShmEngine:
     cdef readonly int rank
     cdef readonly int size
     cdef readonly bint creator
-    cdef size_t _trace_cap
     cdef object __weakref__
 
     def __cinit__(self):
@@ -330,14 +330,13 @@ cdef class ShmEngine:
         """Record each call's transfers (at most ``capacity`` events between takes; 0: off)."""
         if uc_shm_trace(self._live("trace"), capacity):
             raise MemoryError("uniccl shm engine: no memory for the trace")
-        self._trace_cap = capacity
 
     def take_events(self) -> tuple:
         """(events, dropped): the transfers recorded since the last take, oldest first, as
         (kind, peer, bytes, t0_ns, t1_ns) with kind "read", "write", "copy" or "reduce"
         (peer -1: every rank's data); dropped: those beyond the capacity."""
         cdef uc_shm *e = self._live("take_events")
-        cdef size_t cap = self._trace_cap or 1, n
+        cdef size_t cap = uc_shm_event_count(e) or 1, n
         cdef uint64_t dropped = 0
         cdef uc_shm_event *buf = <uc_shm_event *>malloc(cap * sizeof(uc_shm_event))
         if buf == NULL:

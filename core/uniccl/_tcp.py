@@ -558,7 +558,8 @@ class Mesh:
             return {}
         tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_timed, rx_timed = self.links[peer]
         return {"peer_host": self.table[peer]["hostname"], "sent_bytes": tx_b, "sent_seconds": tx_ns * 1e-9,
-                "send_GBps": tx_timed / tx_ns if tx_ns else 0.0, "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9,
+                "sent_timed_bytes": tx_timed, "send_GBps": tx_timed / tx_ns if tx_ns else 0.0,
+                "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9, "recv_timed_bytes": rx_timed,
                 "recv_GBps": rx_timed / rx_ns if rx_ns else 0.0, "retransmits": resent, "checksum_failures": bad}
 
     def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
@@ -786,7 +787,10 @@ class TCPTransport:
         self.active = False  # an announced call is running (see announce)
         self._seq = self._tag = self._own = self._full = self._recs = self._mismatched = self._stamp = None
         self._light, self._mask, self._full_mask = False, 0, (1 << self.size) - 1
-        self._own_mask = _MASK.pack(1 << self.rank)
+        # stamps carry a 64-bit set of matched ranks: beyond 64 ranks no call is "light" (see
+        # Communicator._run_announced) and the sets are not kept
+        self._masked = self.size <= 64
+        self._own_mask = _MASK.pack(1 << self.rank if self._masked else 0)
         mesh.live += 1
 
     def set_timeout(self, seconds: float) -> None:
@@ -850,7 +854,7 @@ class TCPTransport:
             stamp = req.stamp
             if stamp is None or not stamp.startswith(self._own):
                 self._mismatch()
-            if self._mask != self._full_mask:
+            if self._masked and self._mask != self._full_mask:
                 mask = self._mask | _MASK.unpack_from(stamp, 64)[0]
                 if mask != self._mask:
                     self._mask = mask

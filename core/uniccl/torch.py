@@ -25,6 +25,7 @@ import uniccl
 
 from . import _ring_order
 from ._errors import InvalidArgument
+from ._log import logger
 
 __all__ = ["ProcessGroupUniccl", "register"]
 
@@ -57,9 +58,15 @@ def _collective(body):
     Work is pending until it has (DDP overlaps its gradient all_reduces with the backward
     pass so); otherwise it runs in the caller's thread, behind any async calls still queued,
     and the Work returned is complete.  Every rank issues in the same order, and the worker
-    runs in issue order: the collectives meet.  Point-to-point calls (no options) run now."""
+    runs in issue order: the collectives meet.  Point-to-point calls (no options) run in the
+    caller's thread, after queued async calls.  A call made from the worker itself (a future's
+    callback, as in PowerSGD's hooks) runs at once: queueing it there would wait for itself."""
     def method(self, *args, **kwargs):
         opts = kwargs.get("opts", args[-1] if args else None)
+        if self._worker.is_current():
+            fut = Future()
+            fut.set_result(body(self, *args, **kwargs))
+            return _create_work_from_future(fut)
         if getattr(opts, "asyncOp", False):
             return _create_work_from_future(self._worker.submit(lambda: body(self, *args, **kwargs)))
         if self._worker.pending():  # keep issue order behind queued async calls
@@ -88,6 +95,9 @@ class _Worker:
     def pending(self) -> bool:
         return self._count > 0
 
+    def is_current(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
     def submit(self, job) -> Future:
         fut = Future()
         with self._lock:
@@ -99,14 +109,17 @@ class _Worker:
         return fut
 
     def _loop(self) -> None:
-        while True:
+        while True:  # never ends on an error: later calls still need the thread
             job, fut = self._queue.get()
             try:
-                result = job()
-            except Exception as exc:  # the caller's wait() raises it
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
+                try:
+                    result = job()
+                except BaseException as exc:  # the caller's wait() raises it
+                    fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                else:
+                    fut.set_result(result)  # chained callbacks run here, on this thread
+            except BaseException as exc:  # completing the future failed (a callback): keep going
+                logger.warning("uniccl.torch: completing an async call's future failed: %r", exc)
             finally:
                 with self._lock:
                     self._count -= 1

@@ -68,6 +68,16 @@ def api() -> dict:
         return [early if rank == 0 else None, t.tolist(), u.tolist()]
     keep("all_reduce_async_pending", ar_pending)
 
+    def ar_in_callback():  # a collective issued from a future's callback (PowerSGD's hooks do)
+        t = vec(3)
+
+        def then(fut):
+            u = vec(2)
+            dist.all_reduce(u, async_op=True).get_future().wait()
+            return [fut.value()[0].tolist(), u.tolist()]
+        return dist.all_reduce(t, async_op=True).get_future().then(then).wait()
+    keep("all_reduce_in_callback", ar_in_callback)
+
     def ar_order():  # floats whose sum depends on the order of the terms: gloo's ring order
         g = torch.Generator().manual_seed(7 + rank)
         t = torch.randn(3001, generator=g, dtype=f64) * 10.0 ** torch.randint(-4, 5, (3001,), generator=g)
