@@ -1,7 +1,6 @@
 """What the always-on mismatch check costs: the same all_reduce timed with the check and with
 it switched off (for this measurement only, by replacing it with nothing), switched call by
-call in a random order every rank draws alike, so both see the same machine (a strict
-alternation would tie each arm to the parity of the call).
+call (benchmarks/_arms.py), so both see the same machine.
 
 Over the shared-memory engine the records ride on the data's first rendezvous (see
 Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce).
@@ -14,14 +13,13 @@ the difference of the medians, and of the means over each arm's middle 80 % of c
 share of the call without the check.
 """
 import os
-import random
 import statistics
 import sys
-import time
 
 import numpy as np
 
 import uniccl
+from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 
 nbytes = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
 calls = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
@@ -50,25 +48,10 @@ def switch(check: bool) -> None:
         _no_agreement, _run_unannounced, _run_unfused)
 
 
-def trimmed_mean(v: list) -> float:
-    v = sorted(v)
-    cut = len(v) // 10
-    return statistics.fmean(v[cut:len(v) - cut])
-
-
 for _ in range(20):
     comm.all_reduce(x)
 comm.barrier()
-on, off = [], []
-draw = random.Random(1)  # the same sequence on every rank
-clock = time.perf_counter_ns
-for _ in range(calls):
-    check = draw.random() < 0.5
-    switch(check)
-    t0 = clock()
-    comm.all_reduce(x)
-    (on if check else off).append((clock() - t0) / 1e3)
-switch(True)
+on, off = timed_arms(comm, x, calls, 1, switch)
 if comm.rank == 0:
     transport = "shm" if comm._engine is not None else comm._t.name
     med_on, med_off = statistics.median(on), statistics.median(off)

@@ -1,8 +1,6 @@
 """What telemetry costs: the same all_reduce timed with telemetry on and off, switched inside
-one run call by call in a random order that every rank draws alike (drift and the machine's
-other load fall on both arms alike; a strict on/off alternation would tie each arm to the
-parity of the call, and calls of even and odd number differ by a few microseconds over TCP),
-at 8 B (microseconds per call) and 1 MiB (share of the call).
+one run call by call (benchmarks/_arms.py), at 8 B (microseconds per call) and 1 MiB (share
+of the call).
 
 usage: uniccl run -n 2 python benchmarks/telemetry_cost.py [CALLS]   (UNICCL_TRANSPORT=tcp for TCP)
        UNICCL_PLACEBO=1: both arms keep telemetry on -- what the method reads when there is
@@ -14,14 +12,13 @@ Rank 0 prints one line per size: the median per-call time of each arm, their dif
 the difference of the arms' means over their middle 80 % of calls.
 """
 import os
-import random
 import statistics
 import sys
-import time
 
 import numpy as np
 
 import uniccl
+from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 from uniccl._telemetry import Telemetry
 
 calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
@@ -40,31 +37,18 @@ def switch(on: bool) -> None:
         mesh.links = links if on else None
 
 
-def trimmed_mean(v: list) -> float:
-    v = sorted(v)
-    cut = len(v) // 10
-    return statistics.fmean(v[cut:len(v) - cut])
+def control() -> None:
+    work = 0.0
+    for _ in range(spin):
+        work += 1.0
 
 
-clock = time.perf_counter_ns
 for nbytes, n in ((8, calls), (1 << 20, max(200, calls // 10))):
     x = np.ones(max(1, nbytes // 4), np.float32)
     for _ in range(50):
         comm.all_reduce(x)
     comm.barrier()
-    on, off = [], []
-    draw = random.Random(nbytes)  # the same sequence on every rank
-    for i in range(n):
-        flag = draw.random() < 0.5
-        switch(flag)
-        t0 = clock()
-        if spin and flag:
-            work = 0.0
-            for _ in range(spin):
-                work += 1.0
-        comm.all_reduce(x)
-        (on if flag else off).append((clock() - t0) / 1e3)
-    switch(True)
+    on, off = timed_arms(comm, x, n, nbytes, switch, control if spin else None)
     if comm.rank == 0:
         transport = "shm" if comm._engine is not None else comm._t.name
         med_on, med_off = statistics.median(on), statistics.median(off)

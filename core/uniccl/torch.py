@@ -63,18 +63,14 @@ def _collective(body):
     callback, as in PowerSGD's hooks) runs at once: queueing it there would wait for itself."""
     def method(self, *args, **kwargs):
         opts = kwargs.get("opts", args[-1] if args else None)
-        if self._worker.is_current():
-            fut = Future()
+        worker = self._worker
+        if worker.is_current() or not (getattr(opts, "asyncOp", False) or worker.pending()):
+            fut = Future()  # run here, now
             fut.set_result(body(self, *args, **kwargs))
-            return _create_work_from_future(fut)
-        if getattr(opts, "asyncOp", False):
-            return _create_work_from_future(self._worker.submit(lambda: body(self, *args, **kwargs)))
-        if self._worker.pending():  # keep issue order behind queued async calls
-            fut = self._worker.submit(lambda: body(self, *args, **kwargs))
-            fut.wait()
-            return _create_work_from_future(fut)
-        fut = Future()
-        fut.set_result(body(self, *args, **kwargs))
+        else:
+            fut = worker.submit(lambda: body(self, *args, **kwargs))
+            if not getattr(opts, "asyncOp", False):
+                fut.wait()  # a sync call queued behind async ones: done when it returns
         return _create_work_from_future(fut)
 
     method.__name__ = method.__qualname__ = body.__name__.replace("_sync_", "", 1)
