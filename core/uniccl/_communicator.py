@@ -678,7 +678,7 @@ class Communicator:
         h[_H_COUNT], h[_H_OP], h[_H_ROOT] = plan.count, plan.op, plan.root
 
     def _agree(self, plan: Plan, seq: int) -> None:
-        """Exchange the records before any data moves (shm engine, MPI, device buffers)."""
+        """Exchange the records before any data moves (shm engine, device buffers)."""
         hdr, hdrs = self._hdr, self._hdrs
         self._record(plan)
         if self._engine is not None:
@@ -706,8 +706,9 @@ class Communicator:
         return plan.shm(self._engine)
 
     def _run_announced(self, plan: Plan, seq: int):
-        """TCP: the records travel with the data (:meth:`TCPTransport.announce`) instead of a
-        round trip before it; data from a peer is used only once its record matched."""
+        """TCP and MPI: the records travel alongside the data (:meth:`TCPTransport.announce`,
+        :meth:`MPITransport.announce`) instead of a round trip before it; data from a peer is
+        used only once the records matched."""
         name, error = plan.name, plan.error
         key = (name, plan.dtype, plan.count, plan.op, plan.root, plan.nbytes, plan.run is not None)
         known = self._announce.get(key) if error is None else None

@@ -84,6 +84,9 @@ CASES = {
     # many chunks on the way when the difference is found: all dropped, the next call clean
     "mismatched_op_large": (lambda c, bad: c.all_reduce(f32(1 << 20), op="max" if bad else "sum"),
                             uniccl.InvalidUsage, "same"),
+    # one rank's messages four times longer than the others expect (MPI: would truncate)
+    "mismatched_count_large": (lambda c, bad: c.all_reduce(f32(1 << 20 if bad else 1 << 18)),
+                               uniccl.InvalidUsage, "same"),
     "peer_out_of_range": (lambda c, bad: c.send(f32(8), c.size), uniccl.InvalidArgument, "same"),
     "send_to_self_outside_group": (lambda c, bad: c.send(f32(8), c.rank), uniccl.InvalidArgument, "same"),
     "recv_truncated": (lambda c, bad: _truncated(c, bad), uniccl.InvalidArgument, None),
@@ -172,9 +175,11 @@ def run(case: str, comm) -> dict:
     if case == "recv_truncated" and comm.rank != 0 and not bad:
         ok = got is None  # bystanders do nothing
     # the communicator must still work, and agree, after the error
-    x = np.full(4, comm.rank + 1, np.float64)
-    comm.all_reduce(x)
-    usable = bool(np.all(x == comm.size * (comm.size + 1) / 2))
+    usable = True
+    for n in (4, 1 << 16):  # small, and large enough to meet anything a mismatch left on the way
+        x = np.full(n, comm.rank + 1, np.float64)
+        comm.all_reduce(x)
+        usable = usable and bool(np.all(x == comm.size * (comm.size + 1) / 2))
     return {"case": case, "rank": comm.rank, "ok": ok and usable, "expected": getattr(expect, "__name__", None),
             "got": getattr(got, "__name__", None), "seconds": round(elapsed, 3), "message": msg, "usable": usable}
 
