@@ -3,10 +3,12 @@ it switched off (for this measurement only, by replacing it with nothing), switc
 call (benchmarks/_arms.py), so both see the same machine.
 
 Over the shared-memory engine the records ride on the data's first rendezvous (see
-Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce).
+Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce);
+over MPI they are sent beside the data (uniccl._mpi.MPITransport.announce).
 
 usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES] [CALLS]
-       (default 1 MiB, 4000 calls; UNICCL_TRANSPORT=tcp for TCP)
+       (default 1 MiB, 4000 calls; UNICCL_TRANSPORT=tcp for TCP;
+       MPI: UNICCL_TRANSPORT=mpi mpiexec -n 4 python benchmarks/check_cost.py)
        UNICCL_PLACEBO=1: both arms keep the check -- the method's noise floor
 Rank 0 prints one line: median microseconds per call with and without the check, and the cost:
 the difference of the medians, and of the means over each arm's middle 80 % of calls, as a
