@@ -174,7 +174,7 @@ class Communicator:
         # (collective, dtype, count, op, root, bytes, has a host path) -> (its record, whether
         # it rides on the data alone): a call's announcement is made once per shape
         self._announce: dict = {}
-        self._announced = None  # (plan, seq) of the running TCP call
+        self._announced = None  # (plan, seq) of the running announced call (TCP, MPI)
         self._in_data = False  # the running call is past its agreement
         logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
                     self.platform, why, self._tuner.transport, self._tuner.transport_why)

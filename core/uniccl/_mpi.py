@@ -149,13 +149,9 @@ class MPITransport:
         self.active = False
         self._recvs.clear()
 
-    def abandon(self) -> None:
-        """The call failed otherwise: complete its record exchange (the next call starts
-        another); where the records differ the peers judge the call, so this rank does too."""
-        if self._unsettled:
-            self._settle()
-        self.active = False
-        self._recvs.clear()
+    # The call failed otherwise: its record exchange is completed all the same (the next call
+    # starts another), and where the records differ the peers judge the call, so this rank too.
+    abandon = finish
 
     def _mismatch(self):
         self.active = False

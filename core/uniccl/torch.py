@@ -47,7 +47,7 @@ def _order(order: str | None) -> str:
     value = (order or os.environ.get("UNICCL_TORCH_ORDER") or "gloo").strip().lower()
     if value not in ("gloo", "native"):
         raise InvalidArgument(f"UNICCL_TORCH_ORDER={value!r}: expected 'gloo' or 'native'", op="init_process_group",
-                           argument="order")
+                              argument="order")
     return value
 
 
@@ -317,7 +317,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
             self.comm.all_to_all(flat_in, flat_out)
         else:
             self._sync_alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                               [t.numel() for t in input_tensors], opts)
+                                     [t.numel() for t in input_tensors], opts)
         off = 0
         for t in output_tensors:
             t.copy_(flat_out[off:off + t.numel()].view_as(t))
