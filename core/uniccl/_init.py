@@ -14,22 +14,34 @@ def under_mpi_launcher() -> bool:
     return any(v in os.environ for v in _MPI_LAUNCHER_VARS)
 
 
+def _forced_bootstrap() -> str | None:
+    forced = os.environ.get("UNICCL_BOOTSTRAP", "").strip().lower()
+    if forced and forced not in ("mpi", "tcp"):
+        raise InvalidArgument(f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init",
+                              argument="UNICCL_BOOTSTRAP")
+    return forced or None
+
+
 def bootstrap() -> str:
-    """How this process finds its peers: "mpi" or "tcp".
+    """How ``uniccl.init()`` finds its peers: "mpi" or "tcp".
 
     ``UNICCL_BOOTSTRAP`` decides when set; otherwise a process started by an MPI
     launcher uses MPI, one started by ``uniccl run``'s own launchers (which set
     ``UNICCL_RENDEZVOUS``) uses TCP, and a lone process uses MPI's singleton world.
     """
-    forced = os.environ.get("UNICCL_BOOTSTRAP", "").strip().lower()
+    forced = _forced_bootstrap()
     if forced:
-        if forced not in ("mpi", "tcp"):
-            raise InvalidArgument(f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init",
-                                  argument="UNICCL_BOOTSTRAP")
         return forced
     if under_mpi_launcher():
         return "mpi"
     return "tcp" if "UNICCL_RENDEZVOUS" in os.environ else "mpi"
+
+
+def unique_id_bootstrap() -> str:
+    """How the ranks of one unique id connect: "mpi" only inside one MPI job (started by an
+    MPI launcher), else "tcp" -- torchrun, plain processes and MPI singletons have no MPI job
+    whose ranks could form a communicator (each singleton is world rank 0 of its own world)."""
+    return _forced_bootstrap() or ("mpi" if under_mpi_launcher() else "tcp")
 
 
 def init(platform: str | None = None, *, timeout: float | None = None) -> Communicator:

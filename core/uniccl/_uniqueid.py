@@ -179,7 +179,7 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
 
 def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
     """The transport of the ranks that joined ``uid``: MPI inside an MPI job, else TCP."""
-    from ._init import bootstrap
+    from ._init import unique_id_bootstrap
 
     if isinstance(uid, (bytes, bytearray)):
         uid = UniqueId.from_bytes(bytes(uid))
@@ -193,7 +193,7 @@ def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
         raise InvalidArgument(f"rank must be in [0, size) with size >= 1, got rank={rank} size={size}",
                               op="init", rank=rank, argument="rank")
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    if bootstrap() == "tcp":
+    if unique_id_bootstrap() == "tcp":
         from ._tcp import Mesh, TCPTransport, derive_context
 
         return TCPTransport(Mesh(uid, rank, size, timeout), list(range(size)), derive_context(1, 0, 0))
