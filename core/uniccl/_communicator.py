@@ -235,6 +235,7 @@ class Communicator:
         for sub in self._hier or ():
             if sub is not None:
                 sub.destroy()
+        _status.closed(self)  # its last counts, for `uniccl top`
 
     def abort(self, reason: str = "aborted by the user") -> None:
         """Give up on this communicator now, without waiting for anyone (any thread; idempotent).
@@ -441,6 +442,34 @@ class Communicator:
                 if tracer is not None:
                     self._trace_call(plan, seq, t0, t1)
             return result
+
+    def _p2p_begin(self, plan: Plan) -> int:
+        """A send or recv of a ``uniccl.group()`` block starts (the group posts it, outside
+        ``_execute``): its flight-recorder entry and its clock, as ``_execute`` keeps them."""
+        self._flight.started(plan.entry, None, plan, False)
+        return perf_counter_ns() if self._tracer is None else time.time_ns()
+
+    def _p2p_end(self, plan: Plan, t0: int, exc: BaseException | None = None) -> BaseException | None:
+        """... and ends: counted in the telemetry and the trace like any call, its entry
+        completed or failed.  Returns the error to report (``_failed``'s, for a uniccl error)."""
+        tracer = self._tracer
+        t1 = perf_counter_ns() if tracer is None else time.time_ns()
+        if exc is None:
+            self._flight.finished(plan.entry)
+            if self._telemetry is not None:
+                self._telemetry.record(plan.name, plan.nbytes, t1 - t0)
+            if tracer is not None:
+                self._trace_call(plan, None, t0, t1)
+            return None
+        if self._telemetry is not None:
+            self._telemetry.failure(plan.name)
+        if tracer is not None:
+            self._trace_call(plan, None, t0, t1, failed=type(exc).__name__)
+        if isinstance(exc, UnicclError):
+            self._in_data = False  # point-to-point errors stay between the two ranks
+            return self._failed(plan, None, self.timeout if plan.timeout is None else plan.timeout, exc)
+        self._flight.finished(plan.entry, exc)
+        return exc
 
     def _trace_call(self, plan: Plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
         entry = plan.entry

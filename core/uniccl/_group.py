@@ -39,10 +39,11 @@ class _Group:
         try:
             for comm, plan, work in self.items:
                 if plan.p2p:
+                    t0 = comm._p2p_begin(plan)  # counted, traced and recorded like any call
                     try:
-                        started.append((comm, plan, work, plan.post()))
+                        started.append((comm, plan, work, plan.post(), t0))
                     except BaseException as exc:
-                        work._finish(error=exc)
+                        work._finish(error=comm._p2p_end(plan, t0, exc))
         finally:
             for lib in natives:
                 lib.group_end()
@@ -52,12 +53,14 @@ class _Group:
                     work._finish(result=comm._execute(plan))
                 except BaseException as exc:
                     work._finish(error=exc)
-        for comm, plan, work, req in started:
+        for comm, plan, work, req, t0 in started:
             try:
                 plan.finish(req)
-                work._finish(result=None)
             except BaseException as exc:
-                work._finish(error=exc)
+                work._finish(error=comm._p2p_end(plan, t0, exc))
+            else:
+                comm._p2p_end(plan, t0)
+                work._finish(result=None)
         errors = [w._error for _, _, w in self.items if w._error is not None]
         if errors:
             raise errors[0]

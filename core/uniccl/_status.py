@@ -6,6 +6,7 @@ the peer a TCP wait is waiting on, retransmissions.  Nothing runs on the call pa
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -55,38 +56,80 @@ def watch(comm) -> None:
         if _writer is None:
             _writer = _Writer(path, comm.rank)
             threading.Thread(target=_writer.run, daemon=True, name="uniccl-status").start()
-        _writer.comms.append(weakref.ref(comm))
+            atexit.register(_writer.exit)
+        _writer.comms.append([weakref.ref(comm), None, None])
+
+
+def closed(comm) -> None:
+    """``comm`` was destroyed: its final counts stay in the status file, written now (a
+    finished job reads as finished in ``uniccl top``, not as a rank that fell behind)."""
+    w = _writer
+    if w is not None:
+        w.close(comm)
 
 
 class _Writer:
     def __init__(self, path: str, rank: int):
         self.path, self.rank = path, rank
+        # [weak reference, its final status once destroyed (else None), its last status written]
         self.comms: list = []
         self.prev: dict = {}  # communicator name -> (time, bus bytes) at the last write
+        self.exited = False
+        self._write_lock = threading.Lock()  # the thread, destroy() and exit all write
 
     def run(self) -> None:
-        os.makedirs(self.path, exist_ok=True)
-        target = os.path.join(self.path, f"rank-{self.rank}.json")
-        while True:
-            try:
+        while not self.exited:
+            self.write()
+            time.sleep(INTERVAL)
+
+    def write(self) -> None:
+        try:
+            with self._write_lock:
+                os.makedirs(self.path, exist_ok=True)
+                target = os.path.join(self.path, f"rank-{self.rank}.json")
                 doc = self.snapshot()
                 tmp = f"{target}.tmp"
                 with open(tmp, "w") as f:
                     json.dump(doc, f)
                 os.replace(tmp, target)
-            except Exception:  # a status file is never worth failing the job for
-                pass
-            time.sleep(INTERVAL)
+        except Exception:  # a status file is never worth failing the job for
+            pass
+
+    def close(self, comm) -> None:
+        now = time.time()
+        for item in self.comms:
+            if item[0]() is comm and item[1] is None:
+                item[1] = self._comm(comm, now)
+                item[1]["destroyed"] = True
+        self.write()
+
+    def exit(self) -> None:
+        """At interpreter exit: the last status, marked exited."""
+        for item in self.comms:
+            c = item[0]()
+            if item[1] is None and c is not None:
+                item[1] = self._comm(c, time.time())
+        self.exited = True
+        self.write()
 
     def snapshot(self) -> dict:
         now = time.time()
         comms = []
-        for ref in list(self.comms):
-            c = ref()
-            if c is None:
-                continue
-            comms.append(self._comm(c, now))
-        return {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "time": now, "comms": comms}
+        for item in list(self.comms):
+            ref, final, last = item
+            c = ref() if final is None else None
+            if final is not None:
+                comms.append(final)
+            elif c is not None:
+                item[2] = self._comm(c, now)
+                comms.append(item[2])
+            elif last is not None:  # collected without destroy(): as it was last seen
+                item[1] = dict(last, destroyed=True)
+                comms.append(item[1])
+        done = bool(comms) and all(c.get("destroyed") for c in comms)
+        state = "exited" if self.exited else "finished" if done else "running"
+        return {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "time": now,
+                "state": state, "comms": comms}
 
     def _comm(self, c, now: float) -> dict:
         out = {"name": c._name, "rank": c.rank, "size": c.size, "transport": c._tuner.transport,

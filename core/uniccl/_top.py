@@ -47,6 +47,20 @@ def _world(row: dict) -> dict:
 def verdict(rows: list[dict], now: float) -> list[str]:
     """The rank(s) that hold the job up, in words."""
     out = []
+    ended = [r for r in rows if r.get("state") in ("finished", "exited")]
+    if rows and len(ended) == len(rows):
+        calls = sorted({_world(r).get("calls", 0) for r in rows})
+        made = f"{calls[0]} calls each" if len(calls) == 1 else f"{calls[0]}-{calls[-1]} calls"
+        failed = [r["rank"] for r in rows if _world(r).get("state") == "failed"]
+        tail = f"; the last call of rank{'s' * (len(failed) > 1)} {', '.join(map(str, failed))} failed" \
+            if failed else ""
+        return [f"job finished: every rank {'exited' if all(r['state'] == 'exited' for r in rows) else 'finished'}"
+                f" ({made}){tail}"]
+    # a rank that has finished (destroyed its communicators, or exited) is neither stale nor behind
+    ended_ranks = {r["rank"] for r in ended}
+    rows = [r for r in rows if r["rank"] not in ended_ranks]
+    for r in sorted(ended_ranks):
+        out.append(f"rank {r} has finished")
     stale = [r["rank"] for r in rows if now - r.get("time", 0) > STALE_S]
     for r in rows:
         if r["rank"] in stale:
@@ -89,7 +103,9 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
         line = (f"{r['rank']:>4} {str(r.get('host', '?'))[:12]:<12} {r.get('pid', 0):>7} {call[:22]:<22} "
                 f"{(w.get('for_s') or 0):>6.2f}s {w.get('calls', 0):>8} {w.get('busbw_GBps', 0):>10.3f} "
                 f"{waiting:<16} {w.get('retransmits', 0):>5}")
-        if age > STALE_S:
+        if r.get("state") in ("finished", "exited"):
+            line += f"  {r['state'].upper()}"
+        elif age > STALE_S:
             line += f"  STALE {age:.0f}s"
         lines.append(line)
     lines.append("")
