@@ -71,3 +71,16 @@ def test_plain_processes_join_one_unique_id(n, tmp_path):
         np.testing.assert_array_equal(got["all_reduce"], np.arange(1000, dtype=np.float64) * sum(range(1, n + 1)))
         assert got["broadcast"] == [n - 1] * 7
         assert got["all_gather"] == [10 * q + j for q in range(n) for j in range(3)]
+
+
+@pytest.mark.parametrize("n", rank_counts([2]))
+def test_uniccl_init_under_torchrun_is_torchruns_world(n):
+    pytest.importorskip("torch")
+    res = run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(n), str(WORKERS / "torchrun_init.py")])
+    rows = sorted((json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == list(range(n)), res.stdout
+    for r in rows:
+        assert r["size"] == n and r["local"] == [r["rank"], n]
+        np.testing.assert_array_equal(r["all_reduce"], n * np.arange(64, dtype=np.float64) + sum(range(n)))
+        assert r["all_gather"] == [7 * q for q in range(n)]
