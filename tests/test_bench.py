@@ -1,10 +1,16 @@
-"""``uniccl bench``: the pure parts (no MPI) and one 2-rank run through -np."""
+"""``uniccl bench``: the pure parts (no communicator), 2-rank runs through -np (mpiexec, and
+``uniccl run`` when there is none) and under ``uniccl run`` itself (shm and TCP), JSON facts,
+nccl-tests' names, and wrong combinations."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
+import re
+import shlex
+import socket
 import subprocess
 import sys
 
@@ -12,6 +18,7 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+UNICCL = os.path.join(os.path.dirname(sys.executable), "uniccl")  # the venv's entry point, as a user runs it
 
 from uniccl import _bench
 
@@ -109,6 +116,23 @@ def test_child_argv_round_trips():
                 "datatype", "op", "root"):
         assert getattr(a, key) == getattr(b, key), key
     assert b.np is None and b.json == os.path.abspath("out.json")
+    assert _parse(*_bench.child_argv(_parse("all_reduce", "--json", "-"))).json == "-"  # stdout stays stdout
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+    ("alltoall", "all_to_all"), ("AllReduce", "all_reduce"), ("all_reduce_perf", "all_reduce"),
+    ("allgather_perf", "all_gather"), ("broadcast_perf", "broadcast"), ("all-to-all", "all_to_all"),
+    ("scatter", "scatter"), ("all", "all"),
+])
+def test_nccl_tests_names_are_aliases(name, canonical):
+    assert _parse(name).collective == canonical
+
+
+@pytest.mark.parametrize("name", ["sendrecv", "hypercube", "all_reduc"])  # not collectives the bench has
+def test_unknown_collectives_rejected(name):
+    with pytest.raises(SystemExit):
+        _parse(name)
 
 
 # ---------------------------------------------------------------- -np relaunch
@@ -160,7 +184,41 @@ def test_relaunch_when_already_launched(monkeypatch, capsys):
     assert _bench.relaunch(_parse("all_reduce", "-np", "2")) is None  # one of the 2 ranks
     monkeypatch.setenv("PMI_RANK", "0")
     assert _bench.relaunch(_parse("all_reduce", "-np", "4")) == 2
-    assert "already has 2 ranks" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already has 2 ranks" in err and len(err.splitlines()) == 1
+    # another rank of the job says nothing (rank 0 does) and fails alike, after its wait
+    monkeypatch.setenv("PMI_RANK", "1")
+    monkeypatch.setattr(_bench, "LINGER_S", 0.0)
+    assert _bench.relaunch(_parse("all_reduce", "-np", "4")) == 2
+    assert capsys.readouterr().err == ""
+    # uniccl run's ranks: UNICCL_RANK / UNICCL_WORLD_SIZE
+    for var in ("PMI_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("UNICCL_WORLD_SIZE", "2")
+    monkeypatch.setenv("UNICCL_RANK", "1")
+    assert _bench.relaunch(_parse("all_reduce", "-np", "4")) == 2 and capsys.readouterr().err == ""
+    monkeypatch.setenv("UNICCL_RANK", "0")
+    assert _bench.relaunch(_parse("all_reduce", "-np", "4")) == 2
+    assert "-np 4, but this job already has 2 ranks" in capsys.readouterr().err
+    assert _bench.relaunch(_parse("all_reduce", "-np", "2")) is None
+
+
+def test_command_line_names_the_entry_point():
+    assert _bench.command_line(["/x/.venv/bin/uniccl", "bench", "all_reduce", "-e", "1M"]) == \
+        "uniccl bench all_reduce -e 1M"
+    assert _bench.command_line(["/x/uniccl/__main__.py", "bench", "a b"]) == "uniccl bench 'a b'"
+    # -np's relaunched ranks get the user's command line (for the JSON), hidden from --help
+    a = _parse(*_bench.child_argv(_parse("all_reduce", "-np", "2"), "uniccl bench all_reduce -np 2"))
+    assert a.run_command == "uniccl bench all_reduce -np 2" and a.np is None
+
+
+def test_source_commit_from_a_checkout_and_not_from_a_wheel(tmp_path):
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert _bench.source_commit(str(ROOT / "core" / "uniccl")) == head.stdout.strip()
+    (tmp_path / "__init__.py").write_text("")  # a package outside any checkout
+    assert _bench.source_commit(str(tmp_path)) is None
 
 
 def test_progress_only_when_enabled(capsys):
@@ -189,20 +247,22 @@ def _row(**kw):
 def test_format_row_columns_line_up_with_header():
     header = _bench.header_lines()
     assert all(line.startswith("#") for line in header)
-    line = _bench.format_row(_row())
+    line = _bench.format_row(_row(oop_path="tcp:ring", ip_path="tcp:ring"))
     assert line.split() == ["1024", "256", "float32", "sum", "-", "12.50", "0.08", "0.08", "0",
-                            "12.50", "0.08", "0.08", "0"]
+                            "12.50", "0.08", "0.08", "0", "tcp:ring"]
     names = header[1]
     for col in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
         end = names.index(col) + len(col)  # right-aligned: header and value end together
         assert line[end - 1] != " " and (end == len(line) or line[end] == " "), col
-    assert len(names) == len(line)
+    assert names.index("algorithm") == line.index("tcp:ring")  # left-aligned, the last column
 
 
 def test_format_row_variants():
     line = _bench.format_row(_row(op=None, root=1, oop_time_us=None, oop_algbw=None, oop_busbw=None,
-                                  oop_wrong=None, ip_time_us=123.456, ip_wrong=None))
-    assert line.split()[3:] == ["-", "1", "-", "-", "-", "-", "123.5", "0.08", "0.08", "N/A"]
+                                  oop_wrong=None, ip_time_us=123.456, ip_wrong=None, ip_path="shm"))
+    assert line.split()[3:] == ["-", "1", "-", "-", "-", "-", "123.5", "0.08", "0.08", "N/A", "shm"]
+    assert _bench.format_row(_row(oop_path="shm", ip_path="tcp:tree")).split()[-1] == "shm/tcp:tree"
+    assert _bench.format_row(_row()).split()[-1] == "-"  # path unknown
     assert _bench.format_time(12345.6).strip() == "12346"
     assert _bench.format_time(1.234).strip() == "1.23"
 
@@ -405,40 +465,196 @@ def test_cases_check_clean_on_simulated_ranks(collective, nranks):
                             assert wrong > 0, (dname, op, nbytes, mode)
 
 
-# ----------------------------------------------------- a real 2-rank run
+# ----------------------------------------------------- real 2-rank runs
 def parse_table(text):
-    """Rows of a bench table: (size, count, type, redop, root, [oop 4], [ip 4])."""
+    """Rows of a bench table: (size, count, type, redop, root, [oop 4], [ip 4], algorithm);
+    a ``[r] `` prefix (uniccl run's) is dropped."""
     rows = []
     for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
+        line = re.sub(r"^\[\d+\] ", "", line)
+        if not line.strip() or line.startswith("#") or line.startswith("uniccl "):
             continue
         f = line.split()
-        assert len(f) == 13, line
+        assert len(f) == 14, line
         rows.append({"size": int(f[0]), "count": int(f[1]), "dtype": f[2], "op": f[3], "root": f[4],
-                     "oop": f[5:9], "ip": f[9:13]})
+                     "oop": f[5:9], "ip": f[9:13], "algorithm": f[13]})
     return rows
 
 
+def header(text):
+    """The '#' lines before the first table, without uniccl run's prefix."""
+    lines = [re.sub(r"^\[0\] ", "", x) for x in text.splitlines()]
+    lines = [x for x in lines if x.startswith("#")]
+    return lines[:next(i for i, x in enumerate(lines) if x.startswith("# Collective:"))]
+
+
+def expected_rows(collective, lo, hi, factor, dtypes, nops, n=2):
+    return sum(len(_bench.plan_rows(collective, _bench.size_sweep(lo, hi, factor), _bench.numpy_dtype(d).itemsize, n))
+               for d in dtypes) * nops
+
+
+def check_rows(rows, expected):
+    assert len(rows) == expected
+    for row in rows:
+        for mode in ("oop", "ip"):
+            t, algbw, busbw, wrong = row[mode]
+            assert wrong == "0", row  # every element compared with the float64 reference
+            assert float(t) > 0 and float(busbw) == pytest.approx(float(algbw), abs=0.011)  # 2 ranks: factor 1
+
+
+def expected_path(transport, collective, nbytes):
+    """What the ranks' tuner picks for a 2-rank job on one host (shm), or with UNICCL_TRANSPORT=tcp."""
+    if transport == "shm":
+        return "shm"
+    from uniccl._tuner import Tuner
+
+    return "tcp:" + Tuner(2, "tcp", False).choose(collective, nbytes).algorithm
+
+
 def test_two_rank_run(tmp_path):
-    pytest.importorskip("uniccl")
+    """-np 2 relaunches under mpiexec: the header names the MPI in use."""
     pytest.importorskip("mpi4py")
+    if _bench.find_mpiexec() is None:
+        pytest.skip("no mpiexec")
     out = tmp_path / "rows.json"
-    cmd = [sys.executable, "-m", "uniccl", "bench", "all_reduce", "-np", "2", "-b", "8", "-e", "64K",
+    cmd = [UNICCL, "bench", "all_reduce", "-np", "2", "-b", "8", "-e", "64K",
            "-f", "8", "-c", "1", "-d", "all", "-o", "all", "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = parse_table(res.stdout)
     # 12 dtypes x 5 ops x sizes 8..64K (x8), less those below one element
-    expected = sum(len(_bench.plan_rows("all_reduce", _bench.size_sweep(8, 64 << 10, 8),
-                                        _bench.numpy_dtype(d).itemsize, 2)) for d in _bench.DTYPES) * 5
-    assert len(rows) == expected
-    for row in rows:
-        for mode in ("oop", "ip"):
-            t, algbw, busbw, wrong = row[mode]
-            assert wrong == "0", row
-            assert float(t) > 0 and float(busbw) == pytest.approx(float(algbw), abs=0.011)
+    expected = expected_rows("all_reduce", 8, 64 << 10, 8, _bench.DTYPES, 5)
+    check_rows(rows, expected)
+    assert {r["algorithm"] for r in rows} == {"shm"}  # one host: the shared-memory engine
     assert "# Out of bounds values : 0 OK" in res.stdout
-    assert "nranks 2" in res.stdout
+    head = "\n".join(header(res.stdout))
+    assert "nranks 2 on 1 host" in head and "transport shm (all ranks on one host)" in head
+    assert "ranks met over MPI (started by an MPI launcher); MPI " in head, head
     data = json.loads(out.read_text())
     assert len(data) == expected and {r["nranks"] for r in data} == {2}
     assert all(r["oop_wrong"] == 0 and r["ip_wrong"] == 0 for r in data)
+    facts = data[0]["run"]
+    assert facts["bootstrap"] == "mpi" and facts["mpi"] and facts["launcher"] == "mpiexec"
+    assert facts["command"] == shlex.join(["uniccl", *cmd[1:]])  # the user's command, not the relaunched one
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_under_uniccl_run(transport):
+    """`uniccl run -n 2 uniccl bench ...`: the ranks meet over TCP; the header lists both ranks
+    and the transport, claims no MPI, and each row names the path its calls took."""
+    env = dict(os.environ)
+    if transport == "tcp":
+        env["UNICCL_TRANSPORT"] = "tcp"
+    cmd = [UNICCL, "run", "-n", "2", UNICCL, "bench", "allreduce", "-b", "8", "-e", "256K", "-f", "8",
+           "-d", "float32,int32", "-o", "sum,max", "-n", "3", "-w", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    head = header(res.stdout)
+    text = "\n".join(head)
+    why = "all ranks on one host" if transport == "shm" else "UNICCL_TRANSPORT=tcp"
+    assert f"# uniccl {_bench_version()} bench: nranks 2 on 1 host  platform cpu  transport {transport} ({why})" \
+        in text, text
+    assert "ranks met over TCP (started by uniccl run)" in text
+    assert not any("MPI" in x for x in head if not x.startswith("#  Rank")), text  # no MPI in use: none named
+    ranks = [re.fullmatch(r"#  Rank +(\d+) Pid +(\d+) on +(\S+) device +(\d+) \[(\w+)\]", x) for x in head]
+    ranks = [m.groups() for m in ranks if m]
+    assert [int(r[0]) for r in ranks] == [0, 1], text
+    assert len({r[1] for r in ranks}) == 2 and {r[2] for r in ranks} == {socket.gethostname()}
+    assert {r[4] for r in ranks} == {"cpu"}
+    rows = parse_table(res.stdout)
+    check_rows(rows, expected_rows("all_reduce", 8, 256 << 10, 8, ("float32", "int32"), 2))
+    for row in rows:
+        assert row["algorithm"] == expected_path(transport, "all_reduce", row["size"]), row
+    if transport == "tcp":  # both all_reduce algorithms show up over the sweep
+        assert {r["algorithm"] for r in rows} == {expected_path("tcp", "all_reduce", s)
+                                                  for s in _bench.size_sweep(8, 256 << 10, 8)}
+    assert res.stdout.count("# Out of bounds values : 0 OK") == 1
+
+
+def _bench_version():
+    from uniccl._version import __version__
+
+    return __version__
+
+
+def _expected_commit():
+    """The commit the installed package knows: a build's stamp, or the checkout it is imported from."""
+    import uniccl
+    from uniccl import _version
+
+    if getattr(_version, "__commit__", None):
+        return _version.__commit__
+    here = os.path.dirname(uniccl.__file__)
+    tracked = subprocess.run(["git", "-C", here, "ls-files", "--error-unmatch", "__init__.py"], capture_output=True)
+    if tracked.returncode != 0:
+        return None
+    return subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def test_json_to_stdout_carries_the_run_facts():
+    """`--json -` under `uniccl run --no-prefix`: stdout is the JSON alone, every row with the facts."""
+    cmd = [UNICCL, "run", "--no-prefix", "-n", "2", UNICCL, "bench", "allgather", "-b", "64", "-e", "64K",
+           "-f", "32", "-n", "2", "-w", "1", "--json", "-"]
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                         env=dict(os.environ, UNICCL_TRANSPORT="tcp"))
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = json.loads(res.stdout)  # nothing else on stdout
+    assert len(rows) == expected_rows("all_gather", 64, 64 << 10, 32, ("float32",), 1) == 3
+    for row in rows:
+        assert row["collective"] == "all_gather" and row["oop_wrong"] == 0 and row["ip_wrong"] == 0
+        assert row["oop_path"] == row["ip_path"] == "tcp:ring"
+        facts = row["run"]
+        assert facts["uniccl"] == _bench_version() and facts["commit"] == _expected_commit()
+        assert facts["transport"] == "tcp" and facts["bootstrap"] == "tcp" and facts["launcher"] == "uniccl run"
+        assert facts["mpi"] is None and facts["ranks"] == 2 and facts["hosts"] == [socket.gethostname()]
+        assert facts["command"] == "uniccl bench allgather -b 64 -e 64K -f 32 -n 2 -w 1 --json -"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", facts["date"])
+        date = datetime.datetime.strptime(facts["date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+        assert before <= date <= after
+    assert [r["size"] for r in rows] == [64, 2048, 65536]
+
+
+def test_alias_on_one_process():
+    """`uniccl bench allreduce` alone: one rank, checked, nothing moves ("local")."""
+    res = subprocess.run([UNICCL, "bench", "allreduce", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
+                          "-o", "sum,max"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = parse_table(res.stdout)
+    check_rows_one = [r for r in rows if r["oop"][3] == "0" and r["ip"][3] == "0"]
+    assert len(rows) == len(check_rows_one) == expected_rows("all_reduce", 8, 4096, 8, ("float32",), 2, n=1)
+    assert {r["algorithm"] for r in rows} == {"local"}
+    assert "# Collective: all_reduce  nranks 1" in res.stdout
+
+
+def test_np_without_mpiexec_runs_under_uniccl_run(tmp_path, monkeypatch, capfd):
+    for var in _LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(_bench, "find_mpiexec", lambda: None)
+    out = tmp_path / "rows.json"
+    assert _bench.relaunch(_parse("reduce_scatter", "-np", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",
+                                  "--json", str(out))) == 0
+    text = capfd.readouterr()
+    rows = json.loads(out.read_text())
+    assert [r["size"] for r in rows] == [1024, 4096] and all(r["oop_wrong"] == r["ip_wrong"] == 0 for r in rows)
+    assert rows[0]["run"]["launcher"] == "uniccl run" and rows[0]["run"]["bootstrap"] == "tcp"
+    assert len(parse_table(text.out)) == 2
+
+
+@pytest.mark.parametrize("case", ["np", "mpi_transport"])
+def test_wrong_combination_is_one_line(case):
+    """-np 4 inside a 2-rank job, or the MPI transport without MPI: one line, no traceback, rc != 0."""
+    env, extra = dict(os.environ), []
+    if case == "np":
+        extra, want = ["-np", "4"], "uniccl bench: error: -np 4, but this job already has 2 ranks"
+    else:
+        env["UNICCL_TRANSPORT"] = "mpi"
+        want = "uniccl bench: error: UNICCL_TRANSPORT=mpi but this communicator was bootstrapped over tcp"
+    res = subprocess.run([UNICCL, "run", "-n", "2", UNICCL, "bench", "all_reduce", "-e", "64", *extra],
+                         capture_output=True, text=True, timeout=120, env=env)
+    both = res.stdout + res.stderr
+    assert res.returncode == 2, both
+    assert "Traceback" not in both, both
+    from_ranks = [x for x in both.splitlines() if re.match(r"\[\d+\] ", x)]  # what the ranks printed
+    assert len(from_ranks) == 1 and from_ranks[0].startswith(f"[0] {want}"), both

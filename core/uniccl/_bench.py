@@ -22,16 +22,26 @@ each mode.
   divide the sum or pre-multiply by 1/n), so it is compared within
   ``nranks`` relative epsilons; integer avg truncates toward zero like NCCL.
 
+How it runs: under ``uniccl run -n N`` (the ranks meet over TCP, data moves over
+shared memory within a host, or TCP with ``UNICCL_TRANSPORT=tcp``), under ``mpiexec``,
+or alone; ``-np N`` outside a job relaunches itself as N ranks under mpiexec, or
+under ``uniccl run`` when there is no mpiexec.  The header names every rank, the
+transport and (last column) the path each size took; ``--json FILE`` (``-`` for
+stdout, instead of the table) writes the rows, each with the run's facts
+under ``"run"`` (:func:`run_facts`).
+
 The pure helpers (size parsing, sweeps, bus factors, data and reference, table
-formatting) need no MPI; MPI starts only when a benchmark runs.
+formatting) need no communicator; one starts only when a benchmark runs.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +58,11 @@ REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter"})
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 # The size names the buffer that is split into nranks blocks; count = one block.
 SPLIT = frozenset({"all_gather", "gather", "reduce_scatter", "all_to_all", "scatter"})
+# nccl-tests' spellings (all_reduce_perf, -> allreduce): accepted for ours
+ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+           "alltoall": "all_to_all"}
+ALIASES.update({f"{c.replace('_', '')}_perf": c for c in COLLECTIVES})
+ALIASES.update({f"{c}_perf": c for c in COLLECTIVES})
 
 DTYPES = tuple(dtype_name(d) for d in DType)
 _DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
@@ -59,17 +74,12 @@ PERIOD = 65521  # check data repeat period: a prime, so it never lines up with p
 _MAX_SUM_VALUE = 9  # sum/avg inputs lie in 0..9 unless nranks forces less
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _LAUNCHER_SIZE_VARS = ("UNICCL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_LAUNCHER_RANK_VARS = ("UNICCL_WORLD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_LAUNCHER_RANK_VARS = ("UNICCL_RANK", "UNICCL_WORLD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _CHILD_MARK = "UNICCL_BENCH_CHILD"  # set on relaunched ranks: never relaunch twice
 
 
 # ------------------------------------------------------------------ arguments
-def parse_size(text) -> int:
-    """'8' -> 8, '1K' -> 1024, '64M', '1G', '2KB', '4KiB' (binary units, case-insensitive)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgtKMGT]?)(?:i?[bB])?\s*", str(text))
-    if not m:
-        raise ValueError(f"bad size {text!r}: expected bytes like 8, 1K, 64M or 1G")
-    return int(m.group(1)) * _SUFFIXES[m.group(2).upper()]
+from ._env import parse_size  # noqa: E402  ONE size parser: -b/-e and the UNICCL_* sizes share it
 
 
 def format_size(nbytes: int) -> str:
@@ -118,8 +128,16 @@ def _argtype(fn, minimum=None):
     return convert
 
 
+def collective_name(text: str) -> str:
+    """A collective's name, or nccl-tests' spelling of it ('allreduce' -> 'all_reduce')."""
+    name = text.strip().lower().replace("-", "_")
+    return ALIASES.get(name, name)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("collective", choices=COLLECTIVES + ("all",), help="collective to time, or all of them")
+    p.add_argument("collective", type=collective_name, choices=COLLECTIVES + ("all",),
+                   help="collective to time, or all of them (nccl-tests' names too: allreduce, allgather, "
+                        "reducescatter, alltoall, all_reduce_perf, ...)")
     p.add_argument("-b", "--minbytes", type=_argtype(parse_size), default=8,
                    help="smallest size in bytes, K/M/G suffixes (default 8)")
     p.add_argument("-e", "--maxbytes", type=_argtype(parse_size), default=64 << 20,
@@ -135,10 +153,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--op", type=_argtype(parse_ops), default=("sum",),
                    help="reduction op, comma list or 'all' (default sum)")
     p.add_argument("-r", "--root", type=_argtype(int, 0), default=0, help="root rank (default 0)")
-    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON (rank 0)")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the rows, with the run's facts, as JSON (rank 0); '-': to stdout, "
+                        "instead of the table")
     p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a TTY")
     p.add_argument("-np", "--np", dest="np", type=_argtype(int, 1), metavar="N",
-                   help="run on N ranks: relaunch under mpiexec unless already one of N ranks")
+                   help="run on N ranks: relaunch under mpiexec (else uniccl run) unless already one of N ranks")
+    p.add_argument("--run-command", help=argparse.SUPPRESS)  # -np's relaunched ranks: the user's command line
 
 
 # ---------------------------------------------------------------- sizes, math
@@ -455,13 +476,20 @@ def header_lines() -> list:
     mode_w = len(_MODE.format(*[""] * 4))
     title = "#" + " " * (width - 1) + "out-of-place".center(mode_w) + "in-place".center(mode_w)
     names = _PREFIX.format("size", "count", "type", "redop", "root") + \
-        _MODE.format("time", "algbw", "busbw", "#wrong") * 2
+        _MODE.format("time", "algbw", "busbw", "#wrong") * 2 + "  algorithm"
     units = _PREFIX.format("(B)", "(elements)", "", "", "") + _MODE.format("(us)", "(GB/s)", "(GB/s)", "") * 2
     return [title.rstrip(), "#" + names[1:], ("#" + units[1:]).rstrip()]
 
 
+def row_path(row: dict) -> str:
+    """The algorithm column: the path the row's calls took (both modes' when they differ)."""
+    paths = [row.get(f"{m}_path") for m in ("oop", "ip")]
+    return "/".join(dict.fromkeys(p for p in paths if p)) or "-"
+
+
 def format_row(row: dict) -> str:
-    """One table line from a row dict (see ``run_rows``); unmeasured columns are '-'."""
+    """One table line from a row dict (see ``run_rows``); unmeasured columns are '-'; the
+    last column, the algorithm, is left-aligned."""
     out = _PREFIX.format(row["size"], row["count"], row["dtype"], row["op"] or "-",
                          "-" if row["root"] is None else row["root"])
     for mode in ("oop", "ip"):
@@ -472,7 +500,7 @@ def format_row(row: dict) -> str:
         wrong = row[f"{mode}_wrong"]
         out += _MODE.format(format_time(t), f"{row[f'{mode}_algbw']:.2f}", f"{row[f'{mode}_busbw']:.2f}",
                             "N/A" if wrong is None else wrong)
-    return out
+    return f"{out}  {row_path(row)}"
 
 
 def footer_lines(rows: list, checked: bool) -> list:
@@ -484,6 +512,18 @@ def footer_lines(rows: list, checked: bool) -> list:
 
 
 # ------------------------------------------------------------------ the run
+class _Discard:
+    """A file that keeps nothing (the table, when the JSON has stdout)."""
+
+    @staticmethod
+    def write(text: str) -> int:
+        return len(text)
+
+    @staticmethod
+    def flush() -> None:
+        pass
+
+
 class _Progress:
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -502,9 +542,34 @@ class _Progress:
             self.shown = False
 
 
-def run_rows(comm, collective: str, cfg, out, progress: _Progress) -> list:
+def last_path(comm, collective: str, nbytes: int) -> str:
+    """The path the communicator's last call took, as its flight recorder has it ("shm",
+    "tcp:ring", "hierarchical", ...); the tuner's choice when the recorder is off; "local"
+    on one rank."""
+    if comm.size < 2:
+        return "local"
+    from . import _flight
+
+    entries = getattr(getattr(comm, "_flight", None), "entries", None)
+    path = None
+    if entries:
+        entry = entries[-1]
+        if entry[_flight.OP] == collective:
+            path = entry[_flight.PATH]
+    if not path:
+        tuner = getattr(comm, "_tuner", None)
+        if tuner is None:
+            return "?"
+        path = tuner.choose(collective, nbytes)
+    if isinstance(path, str):
+        return path
+    return "shm" if path.transport == "shm" else f"{path.transport}:{path.algorithm}"
+
+
+def run_rows(comm, collective: str, cfg, out, progress: _Progress, facts: dict | None = None) -> list:
     """Time (and check) every dtype/op/size of one collective; rank 0 prints rows as
-    they finish.  Returns the row dicts (complete on rank 0)."""
+    they finish.  Returns the row dicts (complete on rank 0); each carries ``facts``
+    (the run's, see :func:`run_facts`) under "run"."""
     from ._types import ReduceOp
 
     n, rank, lead = comm.size, comm.rank, comm.rank == 0
@@ -513,6 +578,7 @@ def run_rows(comm, collective: str, cfg, out, progress: _Progress) -> list:
     root = cfg.root if collective in ROOTED else None
     factor = busbw_factor(collective, n)
     times, wrongs = np.zeros(2), np.zeros(2, np.int64)  # per mode, summed over ranks
+    paths = [None, None]  # per mode: the path the timed calls took (rank 0's: the ranks agree)
     plans = {d: plan_rows(collective, sizes, numpy_dtype(d).itemsize, n) for d in cfg.datatype}
     todo = sum(len(p) for p in plans.values()) * len(ops)
     rows, done = [], 0
@@ -532,12 +598,14 @@ def run_rows(comm, collective: str, cfg, out, progress: _Progress) -> list:
                     progress.show(f"{collective} {dname} {opname or '-'} {format_size(nbytes)} {done}/{todo}")
                 times[:] = 0
                 wrongs[:] = 0
+                paths[:] = [None, None]
                 for i, mode in enumerate(("oop", "ip")):
                     if mode not in modes(collective):
                         continue
                     case = make_case(comm, collective, send, recv, total, count, op, root, mode == "ip")
                     prepare(case, data, rank)
                     times[i] = time_loop(comm, case.run, cfg.iters, cfg.warmup)
+                    paths[i] = last_path(comm, collective, nbytes)
                     if cfg.check:
                         prepare(case, data, rank)
                         case.run()
@@ -554,6 +622,9 @@ def run_rows(comm, collective: str, cfg, out, progress: _Progress) -> list:
                     row[f"{mode}_algbw"] = algbw if measured else None
                     row[f"{mode}_busbw"] = algbw * factor if measured else None
                     row[f"{mode}_wrong"] = int(wrongs[i]) if measured and cfg.check else None
+                    row[f"{mode}_path"] = paths[i]
+                if facts is not None:
+                    row["run"] = facts
                 rows.append(row)
                 if lead:
                     progress.clear()
@@ -561,33 +632,131 @@ def run_rows(comm, collective: str, cfg, out, progress: _Progress) -> list:
     return rows
 
 
-def _preamble(comm, cfg) -> list:
-    """'#' lines naming the job: every rank's host, pid and device (collective)."""
-    from ._mpi import library, mpi
+_RANK_INFO_BYTES = 1024  # one rank's self-description in the header's all_gather
+_MPI_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def gather_ranks(comm) -> list:
+    """Every rank's {rank, pid, host, platform, device}, in rank order, over the
+    communicator itself (an all_gather: every rank calls it; any transport)."""
+    import socket
+
+    me = {"rank": comm.rank, "pid": os.getpid(), "host": socket.gethostname()[:255], "platform": comm.platform,
+          "device": getattr(comm, "device", 0)}
+    if comm.size < 2:
+        return [me]
+    raw = json.dumps(me).encode()
+    send = np.zeros(_RANK_INFO_BYTES, np.uint8)
+    send[:len(raw)] = np.frombuffer(raw, np.uint8)
+    recv = np.zeros(_RANK_INFO_BYTES * comm.size, np.uint8)
+    comm.all_gather(send, recv)
+    return [json.loads(bytes(block).rstrip(b"\0")) for block in recv.reshape(comm.size, -1)]
+
+
+def launcher_name() -> str:
+    """What started this process: "uniccl run" (its rendezvous), "mpiexec" (an MPI launcher) or "none"."""
+    if any(v in os.environ for v in _MPI_LAUNCHER_VARS):
+        return "mpiexec"
+    return "uniccl run" if "UNICCL_RENDEZVOUS" in os.environ else "none"
+
+
+def transport_facts(comm) -> dict:
+    """How the ranks talk: the data transport the tuner chose and why, how they met
+    (bootstrap "tcp" or "mpi") and, only when MPI is in use, which MPI."""
+    tuner = getattr(comm, "_tuner", None)
+    boot = getattr(getattr(comm, "_t", None), "name", None)
+    info = {"transport": getattr(tuner, "transport", None) or comm.stats().get("transport"),
+            "transport_why": getattr(tuner, "transport_why", None), "bootstrap": boot,
+            "launcher": launcher_name(), "mpi": None}
+    if boot == "mpi":
+        try:
+            from ._mpi import library
+
+            lib = library()
+            info["mpi"] = f"{lib['name']} {lib['version']} (MPI {lib['standard']})"
+        except Exception as exc:  # the MPI name is decoration
+            info["mpi"] = f"unknown ({exc})"
+    return info
+
+
+def source_commit(package_dir: str | None = None) -> str | None:
+    """The git commit uniccl was built from: the package's own record when it has one, else
+    ``git rev-parse HEAD`` when the package is imported from a checkout (its files tracked
+    there); None otherwise (an installed wheel: the checkout around a venv says nothing)."""
+    from . import _version
+
+    stamped = getattr(_version, "__commit__", None)
+    if stamped:
+        return str(stamped)
+    here = package_dir or os.path.dirname(os.path.abspath(__file__))
+    try:
+        tracked = subprocess.run(["git", "-C", here, "ls-files", "--error-unmatch", "__init__.py"],
+                                 capture_output=True, text=True, timeout=10)
+        if tracked.returncode != 0:
+            return None
+        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = head.stdout.strip()
+    return commit if head.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def command_line(argv=None) -> str:
+    """This process's command line (``sys.argv``), the entry point written ``uniccl``."""
+    argv = list(sys.argv if argv is None else argv) or ["uniccl"]
+    if os.path.basename(argv[0]) in ("uniccl", "__main__.py", "cli.py"):
+        argv[0] = "uniccl"
+    return shlex.join(argv)
+
+
+def run_facts(comm, ranks: list, info: dict, command: str | None = None) -> dict:
+    """The run's facts, carried by every JSON row: uniccl version, commit (None: unknown),
+    transport, ranks, hosts, date (ISO 8601, UTC) and command line (``command``: the user's,
+    given to -np's relaunched ranks; else this process's)."""
     from ._version import __version__
 
-    import platform as _platform
+    return {"uniccl": __version__, "commit": source_commit(), "transport": info["transport"],
+            "transport_why": info["transport_why"], "bootstrap": info["bootstrap"], "launcher": info["launcher"],
+            "mpi": info["mpi"], "platform": comm.platform, "ranks": comm.size,
+            "hosts": list(dict.fromkeys(r["host"] for r in ranks)),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": command or command_line()}
 
-    me = (comm.rank, os.getpid(), _platform.node(), getattr(comm, "device", 0))
-    everyone = mpi().COMM_WORLD.gather(me, root=0) if comm.size > 1 else [me]
+
+def _preamble(comm, cfg) -> tuple:
+    """('#' lines naming the job: every rank's host, pid and device, the transport, the MPI
+    only where one is in use; the run's facts), on rank 0; ([], None) elsewhere (collective)."""
+    from ._version import __version__
+
+    ranks = gather_ranks(comm)
     if comm.rank != 0:
-        return []
-    try:
-        lib = library()
-        mpi_text = f"{lib['name']} {lib['version']} (MPI {lib['standard']})"
-    except Exception as exc:  # the MPI name is decoration
-        mpi_text = f"unknown ({exc})"
-    lines = [f"# uniccl {__version__} bench: nranks {comm.size}  platform {comm.platform}  MPI {mpi_text}",
+        return [], None
+    info = transport_facts(comm)
+    facts = run_facts(comm, ranks, info, getattr(cfg, "run_command", None))
+    hosts = facts["hosts"]
+    why = f" ({info['transport_why']})" if info["transport_why"] else ""
+    if comm.size < 2:
+        met = "one process" + (" (an MPI singleton)" if info["bootstrap"] == "mpi" else "")
+    else:
+        met = {"tcp": "ranks met over TCP", "mpi": "ranks met over MPI"}.get(info["bootstrap"],
+                                                                               f"bootstrap {info['bootstrap']}")
+        met += {"uniccl run": " (started by uniccl run)", "mpiexec": " (started by an MPI launcher)",
+                "none": ""}[info["launcher"]]
+    lines = [f"# uniccl {__version__} bench: nranks {comm.size} on {len(hosts)} host{'s' * (len(hosts) != 1)}  "
+             f"platform {comm.platform}  transport {info['transport']}{why}",
+             f"#  {met}" + (f"; MPI {info['mpi']}" if info["mpi"] else "")
+             + f"; commit {facts['commit'] or 'unknown'}; {facts['date']}",
              f"#  sizes {format_size(cfg.minbytes)}..{format_size(cfg.maxbytes)} x{cfg.stepfactor}  "
              f"iters {cfg.iters}  warmup {cfg.warmup}  check {cfg.check}",
              f"#  time: mean of {cfg.iters} back-to-back calls after a barrier, averaged over ranks "
              "(nccl-tests' method); algbw = size/time, busbw = algbw x bus factor (GB/s = 1e9 B/s)",
              "#  size: per-rank total buffer; count: the call's count argument (elements per block "
              "for split buffers)",
+             "#  algorithm: the path the size's calls took (transport:algorithm; shm: the shared-memory engine)",
              "#"]
-    lines += [f"#  Rank {r:3d} Pid {pid:7d} on {host:>12} device {dev:2d} [{comm.platform}]"
-              for r, pid, host, dev in everyone]
-    return lines + ["#"]
+    lines += [f"#  Rank {r['rank']:3d} Pid {r['pid']:7d} on {r['host']:>12} device {r['device']:2d} "
+              f"[{r['platform']}]" for r in ranks]
+    return lines + ["#"], facts
 
 
 def _collective_header(collective, comm, cfg) -> list:
@@ -599,8 +768,12 @@ def _collective_header(collective, comm, cfg) -> list:
 
 
 def run(comm, cfg, out=None) -> int:
-    """The whole benchmark on an initialised communicator; returns the exit code."""
-    out = out or sys.stdout
+    """The whole benchmark on an initialised communicator; returns the exit code.  The
+    table goes to ``out`` (default stdout); with ``--json -`` the JSON goes to stdout
+    instead of the table (``uniccl run`` merges its ranks' stderr into stdout: only one
+    of the two can be there and still be parsed)."""
+    to_stdout = getattr(cfg, "json", None) == "-"
+    out = out or (_Discard() if to_stdout else sys.stdout)
     lead = comm.rank == 0
     collectives = COLLECTIVES if cfg.collective == "all" else (cfg.collective,)
     if cfg.root >= comm.size and any(c in ROOTED for c in collectives):
@@ -608,13 +781,14 @@ def run(comm, cfg, out=None) -> int:
             print(f"uniccl bench: error: root {cfg.root} is not a rank of {comm.size}", file=sys.stderr)
         return 2
     progress = _Progress(lead and (cfg.progress or sys.stderr.isatty()))
-    for line in _preamble(comm, cfg):
+    lines, facts = _preamble(comm, cfg)
+    for line in lines:
         print(line, file=out)
     all_rows, total_wrong = [], 0
     for collective in collectives:
         if lead:
             print("\n".join(_collective_header(collective, comm, cfg)), file=out, flush=True)
-        rows = run_rows(comm, collective, cfg, out, progress)
+        rows = run_rows(comm, collective, cfg, out, progress, facts)
         total_wrong += sum(r[f"{m}_wrong"] or 0 for r in rows for m in ("oop", "ip"))
         all_rows += rows
         if lead:
@@ -623,8 +797,13 @@ def run(comm, cfg, out=None) -> int:
         print(f"# Total out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}",
               file=out, flush=True)
     if lead and cfg.json:
-        with open(cfg.json, "w") as f:
-            json.dump(all_rows, f, indent=1)
+        if to_stdout:
+            json.dump(all_rows, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        else:
+            with open(cfg.json, "w") as f:
+                json.dump(all_rows, f, indent=1)
     return 1 if total_wrong else 0
 
 
@@ -654,46 +833,98 @@ def is_open_mpi(mpiexec: str) -> bool:
     return any(key in text for key in ("open mpi", "openrte", "prterun", "prrte"))
 
 
-def child_argv(args) -> list:
-    """The bench arguments again, without -np (for the relaunched ranks)."""
+def child_argv(args, command: str | None = None) -> list:
+    """The bench arguments again, without -np (for the relaunched ranks); ``command``: the
+    user's command line, for the JSON's facts."""
     argv = [args.collective, "-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.stepfactor),
             "-n", str(args.iters), "-w", str(args.warmup), "-c", str(args.check),
             "-d", ",".join(args.datatype), "-o", ",".join(args.op), "-r", str(args.root)]
     if args.json:
-        argv += ["--json", os.path.abspath(args.json)]
+        argv += ["--json", args.json if args.json == "-" else os.path.abspath(args.json)]
     if args.progress or sys.stderr.isatty():  # the ranks' stderr is a pipe: ask for it
         argv.append("--progress")
+    command = command or getattr(args, "run_command", None)
+    if command:
+        argv += ["--run-command", command]
     return argv
 
 
+LINGER_S = 5.0  # how long a rank that is not rank 0 waits, after an error every rank found, for rank 0 to say it
+
+
+def say_once(text: str) -> int:
+    """An error every rank finds alike (an argument, the environment): rank 0 (or a process
+    that is not one of several ranks) says it in one line on stderr; the others say nothing
+    and wait a little (LINGER_S) so that rank 0's line, not their silent exit, is what the
+    launcher reports when it stops the job.  Returns the exit code, 2."""
+    rank = _env_int(_LAUNCHER_RANK_VARS)
+    if rank in (None, 0):
+        print(f"uniccl bench: error: {text}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        time.sleep(LINGER_S)
+    except KeyboardInterrupt:  # the launcher stops the job (SIGINT first): that was the point
+        pass
+    return 2
+
+
 def relaunch(args):
-    """Run the benchmark as ``args.np`` MPI ranks; None when this process should
-    just run (already one of them, or -np 1 without a launcher)."""
+    """Run the benchmark as ``args.np`` ranks: under mpiexec, or ``uniccl run``'s local
+    launcher when there is no mpiexec; None when this process should just run (already
+    one of them, or -np 1 without a launcher)."""
     launched = _env_int(_LAUNCHER_SIZE_VARS)
     if launched is not None or os.environ.get(_CHILD_MARK):
         if launched is not None and launched != args.np:
-            if _env_int(_LAUNCHER_RANK_VARS) in (None, 0):
-                print(f"uniccl bench: error: -np {args.np}, but this job already has {launched} ranks",
-                      file=sys.stderr)
-            return 2
+            return say_once(f"-np {args.np}, but this job already has {launched} ranks (drop -np, or start "
+                            f"{args.np} ranks)")
         return None
     if args.np == 1:
         return None
+    env = dict(os.environ, **{_CHILD_MARK: "1"})
     mpiexec = find_mpiexec()
-    if mpiexec is None:
-        print("uniccl bench: error: -np needs mpiexec (pip install mpich, or your MPI's), found none "
-              "next to the interpreter or on PATH", file=sys.stderr)
-        return 2
-    cmd, env = [mpiexec, "-n", str(args.np)], dict(os.environ, **{_CHILD_MARK: "1"})
-    if is_open_mpi(mpiexec):
-        cmd.append("--oversubscribe")
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    cmd += [sys.executable, "-m", "uniccl", "bench", *child_argv(args)]
+    if mpiexec is None:  # no MPI: uniccl's own launcher (TCP rendezvous, shared memory within the host)
+        cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(args.np)]
+    else:
+        cmd = [mpiexec, "-n", str(args.np)]
+        if is_open_mpi(mpiexec):
+            cmd.append("--oversubscribe")
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                cmd.append("--allow-run-as-root")
+                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    cmd += [sys.executable, "-m", "uniccl", "bench", *child_argv(args, command_line())]
     rc = subprocess.call(cmd, env=env)
     return rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
+
+
+def _same_everywhere(exc) -> bool:
+    """An init error every rank meets alike: a bad or impossible UNICCL_* setting."""
+    from ._errors import InvalidArgument
+
+    return isinstance(exc, InvalidArgument) and str(exc.argument or "").startswith("UNICCL_")
+
+
+def _init_error_text(exc) -> str:
+    text = getattr(exc, "message", "") or str(exc)
+    if getattr(exc, "argument", None) == "UNICCL_TRANSPORT" and "=mpi" in text:
+        text += "; the MPI transport needs ranks started by mpiexec (or uniccl run --launcher mpi)"
+    return text
+
+
+def _error_name(exc) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _take_down(comm, reason: str) -> None:
+    """Peers may be waiting for this rank in a collective: end the job's waits."""
+    if comm.size < 2:
+        return
+    if getattr(getattr(comm, "_t", None), "name", None) == "mpi":
+        from ._mpi import mpi
+
+        mpi().COMM_WORLD.Abort(1)  # MPI's own waits cannot be cancelled otherwise
+    comm.abort(reason)  # over TCP/shm: every peer's wait ends with RemoteError naming this rank
 
 
 def main(args) -> int:
@@ -706,18 +937,35 @@ def main(args) -> int:
         rc = relaunch(args)
         if rc is not None:
             return rc
+    from ._errors import UnicclError
     from ._init import init
 
-    comm = init()
+    try:
+        comm = init()
+    except KeyboardInterrupt:  # the job is being stopped (a peer failed, Ctrl-C): no traceback per rank
+        return 130
+    except UnicclError as exc:
+        if _same_everywhere(exc):
+            return say_once(_init_error_text(exc))
+        rank = _env_int(_LAUNCHER_RANK_VARS)
+        where = "" if rank is None else f"rank {rank}: "
+        print(f"uniccl bench: {where}error: {_error_name(exc)}: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         return run(comm, args)
+    except KeyboardInterrupt:
+        if comm.rank == 0:
+            print("uniccl bench: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except UnicclError as exc:  # a peer's failure, a timeout: one line, the cause is named in it
+        sys.stderr.write(f"uniccl bench: rank {comm.rank} failed: {_error_name(exc)}: {exc}\n")
+        sys.stderr.flush()
+        _take_down(comm, f"uniccl bench: {_error_name(exc)}")
+        return 1
     except Exception:
         sys.stderr.write(f"uniccl bench: rank {comm.rank} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
-        if comm.size > 1:  # peers may be waiting in a collective: take the job down
-            from ._mpi import mpi
-
-            mpi().COMM_WORLD.Abort(1)
+        _take_down(comm, "uniccl bench failed")
         return 1
     finally:
         comm.destroy()

@@ -71,3 +71,11 @@ class VendorError(UnicclError, RuntimeError):
 
     ``code`` is the vendor's numeric status and ``status_name`` its symbolic name.
     """
+
+
+# The public names: tracebacks print ``uniccl.RemoteError: ...`` (not ``uniccl._errors.RemoteError``),
+# and pickle refers to the classes as ``uniccl.X`` (where ``uniccl`` exports them).
+for _cls in (UnicclError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout, InternalError,
+             VendorError):
+    _cls.__module__ = "uniccl"
+del _cls

@@ -12,6 +12,7 @@ DDP's communication hooks chain on); other calls run in the caller's thread.
 """
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -26,6 +27,7 @@ import uniccl
 from . import _ring_order
 from ._errors import InvalidArgument
 from ._log import logger
+from ._uniqueid import torch_job_host
 
 __all__ = ["ProcessGroupUniccl", "register"]
 
@@ -33,12 +35,49 @@ _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.M
         dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
 
 
+def _op_name(op) -> str:
+    """``ReduceOp.BAND`` for torch's ReduceOp (an object whose str() is its address) or RedOpType."""
+    kind = getattr(op, "op", op)  # ReduceOp wraps a RedOpType
+    name = getattr(kind, "name", None)
+    return f"ReduceOp.{name}" if name else repr(op)
+
+
 def _op(opts, name: str) -> str:
     op = next((v for k, v in _OPS.items() if opts.reduceOp == k), None)
     if op is None:
-        raise InvalidArgument(f"torch reduce op {opts.reduceOp} is not one uniccl has (SUM, PRODUCT, MIN, MAX, AVG)",
-                              op=name, argument="op")
+        raise InvalidArgument(f"torch reduce op {_op_name(opts.reduceOp)} is not one uniccl has (SUM, PRODUCT, MIN, "
+                              "MAX, AVG)", op=name, argument="op")
     return op
+
+
+def _tensors(args):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors(a)
+
+
+def _named_dtypes(body):
+    """``body``, its "unsupported dtype" errors naming the torch dtype (``torch.bool``), not the
+    DLPack code uniccl saw."""
+    @functools.wraps(body)
+    def named(self, *args, **kwargs):
+        try:
+            return body(self, *args, **kwargs)
+        except InvalidArgument as exc:
+            if "unsupported dtype" not in exc.message:
+                raise
+            seen = list(dict.fromkeys(str(t.dtype) for t in _tensors(list(args) + list(kwargs.values()))))
+            text = exc.message.split("; supported: ", 1)
+            known = set(text[1].split(", ")) if len(text) == 2 else set()
+            bad = [d for d in seen if d.removeprefix("torch.") not in known] or seen
+            if not bad:
+                raise
+            supported = f"; uniccl supports {text[1]}" if len(text) == 2 else ""
+            raise InvalidArgument(f"torch dtype {', '.join(bad)} is not one uniccl has{supported}", op=exc.op,
+                                  rank=exc.rank, argument=exc.argument, **exc.extra) from None
+    return named
 
 
 def _order(order: str | None) -> str:
@@ -61,6 +100,8 @@ def _collective(body):
     runs in issue order: the collectives meet.  Point-to-point calls (no options) run in the
     caller's thread, after queued async calls.  A call made from the worker itself (a future's
     callback, as in PowerSGD's hooks) runs at once: queueing it there would wait for itself."""
+    body = _named_dtypes(body)
+
     def method(self, *args, **kwargs):
         opts = kwargs.get("opts", args[-1] if args else None)
         worker = self._worker
@@ -353,7 +394,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
 def _create(store, rank: int, size: int, timeout) -> ProcessGroupUniccl:
     """torch's backend factory: the ranks meet through ``store`` (per group: torch prefixes it)."""
     if rank == 0:
-        store.set("uniccl_uid", bytes(uniccl.get_unique_id()))
+        store.set("uniccl_uid", bytes(uniccl.get_unique_id(host=torch_job_host())))  # loopback: one host
     store.wait(["uniccl_uid"])
     uid = store.get("uniccl_uid")
     seconds = timeout.total_seconds() if timeout is not None else None
