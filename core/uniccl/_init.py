@@ -61,7 +61,7 @@ def _torchrun_world(platform, timeout) -> Communicator:
 
     from torch.distributed import TCPStore
 
-    from ._uniqueid import DEFAULT_TIMEOUT, get_unique_id
+    from ._uniqueid import DEFAULT_TIMEOUT, get_unique_id, torch_job_host
 
     env = os.environ
     try:
@@ -75,7 +75,7 @@ def _torchrun_world(platform, timeout) -> Communicator:
     _torchrun_worlds += 1
     key = f"uniccl/world/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_torchrun_worlds}"
     if rank == 0:
-        store.set(key, bytes(get_unique_id()))
+        store.set(key, bytes(get_unique_id(host=torch_job_host())))
     uid = store.get(key)  # waits until rank 0 has put it
     return Communicator(uid, rank, size, platform=platform, timeout=timeout)
 

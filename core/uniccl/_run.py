@@ -141,8 +141,7 @@ class _Rendezvous:
     def __init__(self, addr: str, timeout: float):
         from ._uniqueid import get_unique_id
 
-        self.uid = get_unique_id(timeout)
-        self.uid.host = addr
+        self.uid = get_unique_id(timeout, host=addr)  # listens on addr only (loopback for a local job)
         self.env = {"UNICCL_RENDEZVOUS": f"{addr}:{self.uid.port}"}
         self.secret = self.uid.secret.hex()
 

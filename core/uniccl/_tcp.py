@@ -135,12 +135,12 @@ class Mesh:
     """Sockets to every other rank of the job and the matching of incoming messages."""
 
     def __init__(self, uid, rank: int, size: int, timeout: float):
-        from ._uniqueid import rendezvous
+        from ._uniqueid import bind_address, rendezvous
 
         self.rank, self.size = rank, size
         self.timeout = default_timeout()  # waits outside calls (set-up); calls set their own
         addr = route_address(uid.host)
-        listener = socket.create_server(("", 0), backlog=max(8, size))
+        listener = socket.create_server((bind_address(addr), 0), backlog=max(8, size))  # only where peers reach us
         payload = {"addr": addr, "port": listener.getsockname()[1], "host": host_key(),
                    "hostname": socket.gethostname(), "pid": os.getpid()}
         self.table = rendezvous(uid, rank, size, payload, timeout)
