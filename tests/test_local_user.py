@@ -176,3 +176,79 @@ def test_a_job_of_one_host_listens_on_loopback_only(tmp_path):
     out = "".join(lines) + out
     assert job.returncode == 0, out[-3000:]
     assert sum("all_reduce checked" in line for line in out.splitlines()) == 3, out[-3000:]
+
+
+def as_nobody(*argv):
+    """Run a command as uid nobody (the other local user)."""
+    subprocess.run(list(argv), check=True, user=65534, group=65534, extra_groups=[], cwd="/")
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root to switch to")
+
+
+def shared_tmp(tmp_path) -> Path:
+    """A world-writable sticky directory like /tmp, reachable by nobody."""
+    d = Path(tempfile.mkdtemp(prefix="uniccl-shared-"))
+    os.chmod(d, 0o1777)
+    return d
+
+
+@needs_root
+@pytest.mark.parametrize("plant", ["link-to-their-dir", "their-dir-with-link"])
+def test_uniccl_run_refuses_a_planted_status_root_and_deletes_nothing(plant, tmp_path):
+    shared = shared_tmp(tmp_path)
+    victim = tmp_path / "victim"  # our directories that a planted link points at
+    for i in range(25):
+        (victim / f"2020010{i % 9 + 1}-0000{i:02d}-1").mkdir(parents=True)
+        (victim / f"2020010{i % 9 + 1}-0000{i:02d}-1" / "data").write_text("ours")
+    try:
+        theirs = shared / "theirs"
+        as_nobody("mkdir", "-m", "0777", str(theirs))
+        as_nobody("ln", "-s", str(victim), str(theirs / "jobs"))
+        if plant == "link-to-their-dir":
+            as_nobody("ln", "-s", str(theirs), str(shared / f"uniccl-{os.getuid()}"))
+        else:
+            as_nobody("mv", str(theirs), str(shared / f"uniccl-{os.getuid()}"))
+        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"], capture_output=True,
+                             text=True, timeout=60, env=dict(user_env(), TMPDIR=str(shared)))
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "refusing to use it" in res.stderr and f"uniccl-{os.getuid()}" in res.stderr, res.stderr
+        assert len(list(victim.iterdir())) == 25  # nothing of ours deleted
+        assert all((d / "data").read_text() == "ours" for d in victim.iterdir())
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@needs_root
+def test_status_files_are_never_written_through_a_planted_link(tmp_path):
+    shared = shared_tmp(tmp_path)
+    precious = tmp_path / "precious"
+    precious.write_text("ours")
+    try:
+        status = shared / "status"
+        as_nobody("mkdir", "-m", "0777", str(status))
+        for r in range(2):  # where a rank writes its status file, and the name it renames it to
+            as_nobody("ln", "-s", str(precious), str(status / f"rank-{r}.json.tmp"))
+        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "2", str(WORKERS / "group_seen.py"), "3"],
+                             capture_output=True, text=True, timeout=120,
+                             env=dict(user_env(), UNICCL_STATUS_DIR=str(status)))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert precious.read_text() == "ours"
+        for r in range(2):
+            f = status / f"rank-{r}.json"
+            assert not f.is_symlink() and json.loads(f.read_text())["rank"] == r
+            assert f.stat().st_mode & 0o777 == 0o600
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_the_launchers_own_status_directories_are_private():
+    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"], capture_output=True,
+                         text=True, timeout=60, env=user_env())
+    assert res.returncode == 0, res.stderr
+    import uniccl._status as st
+
+    root = Path(st.jobs_root())
+    for d in (root.parent, root, max(root.iterdir(), key=lambda p: p.stat().st_mtime)):
+        info = d.lstat()
+        assert not d.is_symlink() and info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700, (d, oct(info.st_mode))

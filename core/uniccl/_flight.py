@@ -21,6 +21,8 @@ import socket
 import threading
 import time
 
+from . import _safefs
+
 DEFAULT_CAPACITY = 2048
 
 
@@ -118,12 +120,10 @@ class FlightRecorder:
             return None
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)
         path = os.path.join(directory, f"uniccl-flight-{safe}-r{self.rank}.json")
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # two threads may dump at once
         try:
             os.makedirs(directory, exist_ok=True)
-            with open(tmp, "w") as f:
-                json.dump(self.snapshot(reason, error), f, indent=1, default=str)
-            os.replace(tmp, path)
+            # a private temporary file of its own (two threads may dump at once), renamed
+            _safefs.write_file(path, json.dumps(self.snapshot(reason, error), indent=1, default=str))
         except OSError as exc:  # a dump must never replace the error it documents
             from ._log import logger
 

@@ -16,6 +16,7 @@ import time
 import weakref
 
 from . import _flight as _fl
+from . import _safefs
 from . import _telemetry as _tel
 
 INTERVAL = 0.5
@@ -33,16 +34,26 @@ def jobs_root() -> str:
 
 def new_job_dir(keep: int = 20) -> str:
     """A fresh directory for one job's status files (made by the launcher); the oldest beyond
-    the newest ``keep`` are removed."""
-    import shutil
-
+    the newest ``keep`` are removed.  ``$TMPDIR/uniccl-<uid>`` and its ``jobs`` are checked
+    to be this user's alone first (another user may have planted them, or links in them)."""
     root = jobs_root()
+    _safefs.private_dir(os.path.dirname(root), "status directory")
+    _safefs.private_dir(root, "status directory")
     path = os.path.join(root, time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
-    os.makedirs(path, exist_ok=True)
-    old = sorted((d for d in os.listdir(root) if d != os.path.basename(path)),
-                 key=lambda d: os.path.getmtime(os.path.join(root, d)))
-    for d in old[:max(0, len(old) - keep + 1)]:
-        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    _safefs.private_dir(path, "status directory")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        ages = {}
+        for d in os.listdir(fd):
+            if d != os.path.basename(path):
+                try:
+                    ages[d] = os.lstat(d, dir_fd=fd).st_mtime
+                except OSError:
+                    continue
+    finally:
+        os.close(fd)
+    old = sorted(ages, key=ages.get)
+    _safefs.remove_entries(root, old[:max(0, len(old) - keep + 1)])
     return path
 
 
@@ -85,13 +96,9 @@ class _Writer:
     def write(self) -> None:
         try:
             with self._write_lock:
-                os.makedirs(self.path, exist_ok=True)
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
                 target = os.path.join(self.path, f"rank-{self.rank}.json")
-                doc = self.snapshot()
-                tmp = f"{target}.tmp"
-                with open(tmp, "w") as f:
-                    json.dump(doc, f)
-                os.replace(tmp, target)
+                _safefs.write_file(target, json.dumps(self.snapshot()))  # never through a planted link
         except Exception:  # a status file is never worth failing the job for
             pass
 

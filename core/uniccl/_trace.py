@@ -23,6 +23,8 @@ import threading
 import time
 import weakref
 
+from . import _safefs
+
 _tracer = None
 _lock = threading.Lock()
 
@@ -74,10 +76,7 @@ class Tracer:
 
 
 def _write_json(path: str, obj) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
+    _safefs.write_file(path, json.dumps(obj))  # a private temporary file renamed: never through a link
 
 
 def attach(comm) -> Tracer | None:
