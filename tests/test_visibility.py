@@ -233,3 +233,134 @@ def test_debug_file_per_rank(tmp_path):
         assert m and m.group(1) == host, f
         text = (tmp_path / f).read_text()
         assert f"[{m.group(3)}] uniccl INFO" in text and "transport" in text, text[:500]
+
+
+# ------------------------------------------------------------------ report on synthetic traces
+def _write_traces(directory, size, calls, start_us, rtt_us=20.0):
+    """Trace files as ranks write them: rank r starts call i at ``start_us(i, r)`` (rank 0's clock)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for r in range(size):
+        events = [{"ph": "X", "name": "all_reduce", "ts": float(start_us(i, r)), "dur": 50.0, "pid": r, "tid": 1,
+                   "args": {"communicator": "world", "seq": i, "bytes": 4096, "path": "shm"}} for i in range(calls)]
+        doc = {"traceEvents": events, "otherData": {"rank": r, "host": "node", "pid": 1000 + r,
+                                                    "clock_offset_us": 0.0, "clock_rtt_us": rtt_us}}
+        (directory / f"uniccl-trace-r{r}.json").write_text(json.dumps(doc))
+
+
+def _report_findings(directory, tmp_path):
+    page = tmp_path / "report.html"
+    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(directory), "-o", str(page)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return re.findall(r"<li>(.*?)</li>", re.search(r'<ul id="findings">(.*?)</ul>', page.read_text()).group(1))
+
+
+def _binomial_sf(m, k, p):
+    """P(X >= m), X ~ Binomial(k, p), exactly (fractions): the reference for the report's test."""
+    from fractions import Fraction
+    from math import comb
+
+    p = Fraction(p)
+    return float(sum(comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(m, k + 1)))
+
+
+def test_report_of_an_empty_directory_names_it(tmp_path):
+    empty = tmp_path / "no traces here"
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(empty), "-o", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and not (tmp_path / "r.html").exists()
+    assert "{path}" not in out.stderr
+    assert out.stderr.count(str(empty)) == 2, out.stderr  # nothing to report in DIR ... UNICCL_TRACE=DIR
+    assert f"UNICCL_TRACE={empty})" in out.stderr
+
+
+@pytest.mark.parametrize("m, k, p", [(0, 5, 0.25), (3, 5, 0.25), (5, 5, 0.25), (9, 12, 0.5), (30, 100, 0.25),
+                                     (6, 5, 0.3), (1, 1, 1.0)])
+def test_binomial_tail(m, k, p):
+    from uniccl import _report
+
+    assert _report.binomial_tail(m, k, p) == pytest.approx(_binomial_sf(m, k, p), rel=1e-9, abs=1e-300)
+
+
+def test_report_no_rank_stands_out_when_the_last_one_varies(tmp_path):
+    """4 ranks whose start times jitter alike (0-300 us): whoever is last is chance."""
+    pytest.importorskip("matplotlib")
+    import random
+
+    rng = random.Random(11)
+    jitter = {(i, r): rng.uniform(0, 300) for i in range(400) for r in range(4)}
+    _write_traces(tmp_path / "t", 4, 400, lambda i, r: 1e6 + 1000 * i + jitter[(i, r)])
+    last = [max(range(4), key=lambda r: jitter[(i, r)]) for i in range(400)]
+    most = max(last.count(r) for r in range(4))
+    assert 4 * _binomial_sf(most, 400, 0.25) >= 0.01  # the data is what the test claims: no rank beyond chance
+    findings = _report_findings(tmp_path / "t", tmp_path)
+    assert any(f.startswith("No rank stands out") for f in findings), findings
+    assert not any("Slowest rank" in f for f in findings), findings
+
+
+def test_report_names_rank_2_when_it_is_last_in_90_percent(tmp_path):
+    """Rank 2 starts 90 % of the calls 2 ms late: named, with its count and median lateness."""
+    pytest.importorskip("matplotlib")
+    import random
+
+    rng = random.Random(5)
+    slow = {i for i in range(400) if i % 10 != 0}  # 360 of 400
+    jitter = {(i, r): rng.uniform(0, 100) for i in range(400) for r in range(4)}
+    _write_traces(tmp_path / "t", 4, 400,
+                  lambda i, r: 1e6 + 10000 * i + jitter[(i, r)] + (2000 if r == 2 and i in slow else 0))
+    findings = _report_findings(tmp_path / "t", tmp_path)
+    named = [f for f in findings if f.startswith("Slowest rank")]
+    assert len(named) == 1 and named[0].startswith("Slowest rank: rank 2 (node, pid 1002) started "), findings
+    last2 = sum(1 for i in range(400) if max(range(4), key=lambda r: jitter[(i, r)] + (2000 if r == 2 and i in slow
+                                                                                         else 0)) == 2)
+    assert last2 >= 360 and f"started {last2} of 400 collectives last" in named[0], named
+    m = re.search(r"a median (\d+\.\d+) ms after the first rank", named[0])
+    assert m and 1.9 < float(m.group(1)) < 2.1, named
+    assert not any("No rank stands out" in f for f in findings)
+
+
+def test_report_does_not_name_a_rank_within_the_timing_noise(tmp_path):
+    """Last in 90 % of calls, but by 3 us (clock alignment is good to half a 20 us round trip):
+    not a finding; nor is a rank last in 5 of 12 calls, however late (chance: p ~ 0.16 x 4)."""
+    pytest.importorskip("matplotlib")
+    from uniccl import _report
+
+    slow = {i for i in range(400) if i % 10 != 0}
+    _write_traces(tmp_path / "a", 4, 400, lambda i, r: 1e6 + 1000 * i + r * 0.1 * (r != 2)
+                  + (3.0 if r == 2 and i in slow else 0.0))
+    late = _report.rank_lateness(_report.load(str(tmp_path / "a"))["traces"])
+    assert late["rank"] == 2 and late["last"] == 360 and late["p_value"] < 1e-100 and not late["stands_out"]
+    assert any(f.startswith("No rank stands out") for f in _report_findings(tmp_path / "a", tmp_path))
+
+    lasts = [2, 2, 2, 2, 2, 0, 1, 3, 0, 1, 3, 0]  # rank 2 last in 5 of 12, 5 ms behind then
+    _write_traces(tmp_path / "b", 4, 12, lambda i, r: 1e6 + 1e5 * i + (5000 if r == lasts[i] else 10 * r))
+    late = _report.rank_lateness(_report.load(str(tmp_path / "b"))["traces"])
+    assert late["rank"] == 2 and late["last"] == 5
+    assert late["p_value"] == pytest.approx(4 * _binomial_sf(5, 12, 0.25)) and not late["stands_out"]
+    assert any(f.startswith("No rank stands out") for f in _report_findings(tmp_path / "b", tmp_path))
+
+
+def test_busbw_plot_is_log_log(tmp_path):
+    """The bandwidth plot's axes are both logarithmic; its points are the medians it was given."""
+    pytest.importorskip("matplotlib")
+    from uniccl import _report
+
+    bench = [{"collective": "all_reduce", "size": s, "oop_busbw": bw, "ip_busbw": bw}
+             for s, bw in [(1024, 0.01), (1 << 20, 1.5), (64 << 20, 9.0), (0, 0.0)]]
+    bench += [{"collective": "broadcast", "size": 4096, "oop_busbw": None, "ip_busbw": 0.2}]
+    stats = {r: [{"size": 2, "ops": {"all_gather": {"by_size": {
+        "<4KiB": {"calls": 3, "mean_bytes": 2048, "busbw_GBps": 0.1 * (r + 1)},
+        "<4MiB": {"calls": 1, "mean_bytes": 2 << 20, "busbw_GBps": 2.0 * (r + 1)}}}}}] for r in range(2)}
+    fig = _report.busbw_figure({"traces": {}, "stats": stats, "bench": bench})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+    assert lines["all_reduce (bench)"] == ([1024, 1 << 20, 64 << 20], [0.01, 1.5, 9.0])  # 0 B / 0 GB/s: not on a log axis
+    assert lines["broadcast (bench)"] == ([4096], [0.2])  # in place only
+    assert lines["all_gather (telemetry)"] == ([2048, 2 << 20], [pytest.approx(0.15), pytest.approx(3.0)])
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    png = _report.plot_busbw({"traces": {}, "stats": {}, "bench": bench})
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,11 +3,12 @@ no network needed) from what a job left in DIR — traces and stats (``UNICCL_TR
 any ``uniccl bench --json`` files there or given with ``--bench``:
 
 - findings in words: the slowest rank (the one the others wait for at the start of their
-  collectives) and the slowest link;
+  collectives), named only when it stands out beyond chance (:func:`rank_lateness`), and
+  the slowest link;
 - a per-rank timeline of the calls, on rank 0's clock;
 - a rank x rank bandwidth heatmap of the TCP links (receiver's view), or of the shared-memory
   engine's traced transfers;
-- bus bandwidth against message size per collective (telemetry, and bench rows);
+- bus bandwidth against message size per collective (telemetry, and bench rows), log-log;
 - the topology: hosts, ranks, platform, transport, the algorithms the calls took.
 
 ``--png DIR`` also writes each plot as a PNG file.  Needs matplotlib (``uniccl[report]``).
@@ -19,6 +20,7 @@ import glob
 import html
 import io
 import json
+import math
 import os
 import statistics
 import sys
@@ -54,7 +56,7 @@ def load(path: str, bench_files=()) -> dict:
             bench += json.load(fh)
     if not traces and not stats and not bench:
         raise FileNotFoundError(f"nothing to report in {path}: no uniccl-trace-r*.json, uniccl-stats-r*.json "
-                                "or *.bench.json (run the job with UNICCL_TRACE={path})")
+                                f"or *.bench.json (run the job with UNICCL_TRACE={path})")
     return {"traces": traces, "stats": stats, "bench": bench}
 
 
@@ -64,19 +66,51 @@ def _world_stats(stats: dict) -> dict:
 
 
 # ------------------------------------------------------------------ findings
-def slowest_rank(traces: dict) -> dict | None:
-    """The rank that starts collectives last, measured over every collective all ranks traced:
-    how often it was last and how long after the first rank, on average."""
+# A rank is named the slowest only when it stands out beyond chance: it starts last in more
+# of the calls than 1/size would give (one-sided binomial test, Bonferroni over the ranks,
+# p < ALPHA) and its median lateness exceeds the others' by MARGIN_FACTOR x the timing noise
+# (the clocks' alignment uncertainty, half the worst round trip, and at least TIMER_NOISE_US).
+ALPHA = 0.01
+MARGIN_FACTOR = 3.0
+TIMER_NOISE_US = 10.0
+
+
+def binomial_tail(m: int, k: int, p: float) -> float:
+    """P(X >= m) for X ~ Binomial(k, p) (in log space: k may be large)."""
+    if m <= 0:
+        return 1.0
+    if m > k:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    logs = [math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1) + j * lp + (k - j) * lq
+            for j in range(m, k + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+
+
+def rank_lateness(traces: dict) -> dict | None:
+    """How late each rank starts the collectives every rank traced (on rank 0's clock), and
+    whether one stands out: the rank last most often (``rank``: ``last`` of ``calls``), the
+    binomial p-value of that count against 1/size (``p_value``, Bonferroni-corrected over the
+    ranks), its median lateness behind the first rank against the others' (``median_late_ms``,
+    ``others_median_late_ms``) and the timing noise (``noise_ms``).  ``stands_out``: p < ALPHA
+    and the median margin above MARGIN_FACTOR x noise.  None: fewer than 2 ranks or no call
+    traced by all."""
     starts: dict = {}
     for rank, t in traces.items():
         for e in t["spans"]:
             a = e.get("args", {})
-            if e["name"] not in ("send", "recv", "message") and a.get("seq") is not None \
+            if e["name"] not in ("send", "recv", "message", "transfer") and a.get("seq") is not None \
                     and a.get("communicator") == "world":
                 starts.setdefault(a["seq"], {})[rank] = e["ts"]
     full = [s for s in starts.values() if len(s) == len(traces)]
     if len(traces) < 2 or not full:
         return None
+    size, k = len(traces), len(full)
     late = {r: [] for r in traces}
     last = {r: 0 for r in traces}
     for s in full:
@@ -84,12 +118,26 @@ def slowest_rank(traces: dict) -> dict | None:
         for r, ts in s.items():
             late[r].append(ts - first)
         last[max(s, key=s.get)] += 1
-    rank = max(late, key=lambda r: statistics.mean(late[r]))
-    others = [statistics.mean(v) for r, v in late.items() if r != rank]
-    return {"rank": rank, "calls": len(full), "last_share": last[rank] / len(full),
-            "mean_late_ms": statistics.mean(late[rank]) / 1e3,
-            "others_late_ms": statistics.mean(others) / 1e3 if others else 0.0,
-            "host": traces[rank]["meta"].get("host"), "pid": traces[rank]["meta"].get("pid")}
+    rank = max(sorted(last), key=lambda r: (last[r], statistics.median(late[r])))
+    p_value = min(1.0, size * binomial_tail(last[rank], k, 1.0 / size))
+    others = [v for r, vs in late.items() if r != rank for v in vs]
+    median_us = statistics.median(late[rank])
+    others_us = statistics.median(others) if others else 0.0
+    rtt = max((float(t["meta"].get("clock_rtt_us") or 0.0) for t in traces.values()), default=0.0)
+    noise_us = max(TIMER_NOISE_US, rtt / 2)
+    meta = traces[rank]["meta"]
+    return {"rank": rank, "calls": k, "last": last[rank], "last_share": last[rank] / k, "chance_share": 1.0 / size,
+            "p_value": p_value, "median_late_ms": median_us / 1e3, "others_median_late_ms": others_us / 1e3,
+            "mean_late_ms": statistics.mean(late[rank]) / 1e3, "noise_ms": noise_us / 1e3,
+            "stands_out": p_value < ALPHA and median_us - others_us > MARGIN_FACTOR * noise_us,
+            "host": meta.get("host"), "pid": meta.get("pid")}
+
+
+def slowest_rank(traces: dict) -> dict | None:
+    """The rank the others wait for at the start of their collectives, when one stands out
+    beyond chance (:func:`rank_lateness`); None otherwise."""
+    late = rank_lateness(traces)
+    return late if late is not None and late["stands_out"] else None
 
 
 MIN_LINK_BYTES = 1 << 20
@@ -142,12 +190,22 @@ def slowest_link(stats: dict, traces: dict | None = None) -> dict | None:
 
 def findings(data: dict) -> list[str]:
     out = []
-    slow = slowest_rank(data["traces"])
-    if slow is not None:
-        out.append(f"Slowest rank: rank {slow['rank']} ({slow['host']}, pid {slow['pid']}) started "
-                   f"{slow['last_share']:.0%} of {slow['calls']} collectives last, on average "
-                   f"{slow['mean_late_ms']:.2f} ms after the first rank (the others: "
-                   f"{slow['others_late_ms']:.2f} ms) — the others wait for it.")
+    late = rank_lateness(data["traces"])
+    if late is not None and late["stands_out"]:
+        out.append(f"Slowest rank: rank {late['rank']} ({late['host']}, pid {late['pid']}) started "
+                   f"{late['last']} of {late['calls']} collectives last ({late['last_share']:.0%}; "
+                   f"{late['chance_share']:.0%} by chance, p = {late['p_value']:.1e}), a median "
+                   f"{late['median_late_ms']:.3f} ms after the first rank (the others: "
+                   f"{late['others_median_late_ms']:.3f} ms) — the others wait for it.")
+    elif late is not None and late["p_value"] >= ALPHA:
+        out.append(f"No rank stands out: none starts collectives last more often than chance would have it "
+                   f"(most often rank {late['rank']}, {late['last']} of {late['calls']} calls; "
+                   f"{late['chance_share']:.0%} expected, p = {late['p_value']:.2g}).")
+    elif late is not None:
+        out.append(f"No rank stands out: rank {late['rank']} starts {late['last']} of {late['calls']} collectives "
+                   f"last, but a median {late['median_late_ms']:.3f} ms after the first rank (the others: "
+                   f"{late['others_median_late_ms']:.3f} ms), within {MARGIN_FACTOR:g} x the timing noise "
+                   f"({late['noise_ms']:.3f} ms: the clocks agree to half a round trip).")
     link = slowest_link(data["stats"], data["traces"])
     if link is not None:
         out.append(f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
@@ -218,17 +276,26 @@ def plot_heatmap(data: dict):
 
 
 def plot_busbw(data: dict):
+    fig = busbw_figure(data)
+    return None if fig is None else _png(fig)
+
+
+def busbw_figure(data: dict):
+    """The bus bandwidth vs message size figure (log-log; only positive bandwidths can be
+    drawn so), or None when there is nothing to plot."""
     import matplotlib.pyplot as plt
 
     series = {}
     for r, s in _world_stats(data["stats"]).items():
         for op, o in s.get("ops", {}).items():
             for e in o.get("by_size", {}).values():
-                if e["calls"] and e["mean_bytes"] > 0:
+                if e["calls"] and e["mean_bytes"] > 0 and e["busbw_GBps"] > 0:
                     series.setdefault(f"{op} (telemetry)", {}).setdefault(e["mean_bytes"], []).append(e["busbw_GBps"])
     for row in data["bench"]:
         bw = row.get("oop_busbw")
-        if bw is not None:
+        if bw is None:
+            bw = row.get("ip_busbw")  # broadcast: in place only
+        if bw is not None and bw > 0 and row["size"] > 0:
             series.setdefault(f"{row['collective']} (bench)", {}).setdefault(row["size"], []).append(bw)
     if not series:
         return None
@@ -238,12 +305,13 @@ def plot_busbw(data: dict):
         ax.plot(xs, [statistics.median(pts[x]) for x in xs], marker="o",
                 color=_COLORS.get(name.split(" ")[0]), linestyle="-" if "bench" in name else "--", label=name)
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")  # bandwidths span decades from small to large messages
     ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylabel("bus bandwidth (GB/s, log)")
     ax.set_title("Bus bandwidth vs message size (median over ranks)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return fig
 
 
 # ------------------------------------------------------------------ page
