@@ -45,7 +45,7 @@ from ._shm_attach import shm_attach as _shm_attach
 from ._timeout import check_timeout as _check_timeout
 from ._timeout import default_timeout
 from ._tuner import Tuner
-from ._types import DType, MemcpyKind, ReduceOp, dtype_name
+from ._types import FLOATING, DType, MemcpyKind, ReduceOp, dtype_name
 
 #: color for ``split`` meaning "not in any new communicator" (returns None).
 UNDEFINED = -1
@@ -447,7 +447,14 @@ class Communicator:
         """A send or recv of a ``uniccl.group()`` block starts (the group posts it, outside
         ``_execute``): its flight-recorder entry and its clock, as ``_execute`` keeps them."""
         self._flight.started(plan.entry, None, plan, False)
+        self._p2p_timeout(plan)
         return perf_counter_ns() if self._tracer is None else time.time_ns()
+
+    def _p2p_timeout(self, plan: Plan) -> None:
+        """The waits of a group's send or recv obey its own ``timeout=`` (else the communicator's)."""
+        timeout = self.timeout if plan.timeout is None else plan.timeout
+        if timeout != self._timeout_set:
+            self._set_timeout(timeout)
 
     def _p2p_end(self, plan: Plan, t0: int, exc: BaseException | None = None) -> BaseException | None:
         """... and ends: counted in the telemetry and the trace like any call, its entry
@@ -505,7 +512,9 @@ class Communicator:
         Failures that involve peers leave the flight recorder in UNICCL_DUMP_DIR."""
         if isinstance(exc, Timeout) and getattr(exc, "seq", None) is None:
             cause, remote = exc.message, getattr(exc, "remote_rank", None)
-            exc = Timeout(f"{plan.name} (call #{seq} on this communicator) did not complete: {cause}",
+            what = f"call #{seq} on this communicator" if seq is not None else \
+                f"{'from' if plan.name == 'recv' else 'to'} rank {plan.root}"
+            exc = Timeout(f"{plan.name} ({what}) did not complete: {cause}",
                           op=plan.name, rank=self.rank, seq=seq, timeout=timeout,
                           missing_ranks=list(getattr(exc, "missing_ranks", None) or ()))
             fail = getattr(self._t, "fail", None)
@@ -808,8 +817,20 @@ class Communicator:
         if nbytes and dst != src:
             self._hostb.memcpy(dst, src, nbytes, MemcpyKind.HOST_TO_HOST, None)
 
+    def _avg_input(self, ptr: int, count: int, dtype: int, op) -> int:
+        """Where a reduction reads this rank's input: for a float AVG, the input divided by
+        the size first, in scratch (NCCL pre-multiplies likewise), so that the sum of values
+        whose mean fits cannot overflow (float16 AVG of 30000 over 4 ranks was inf); the
+        caller's buffer is left as it is.  Any other op, and integer AVG: ``ptr`` itself."""
+        if op is not ReduceOp.AVG or not count or self.size == 1 or dtype not in FLOATING:
+            return ptr
+        tmp = self._scratch.get("avg", count * DType(dtype).itemsize)
+        self._hostb.scale(tmp, ptr, count, dtype, self.size, None)
+        return tmp
+
     def _finish_avg(self, ptr: int, count: int, dtype: int, op) -> None:
-        if op is ReduceOp.AVG and count:
+        """Integer AVG: the sum divided (truncating) at the end; a float AVG was divided first."""
+        if op is ReduceOp.AVG and count and (dtype not in FLOATING or self.size == 1):
             self._hostb.scale(ptr, ptr, count, dtype, self.size, None)
 
     # ------------------------------------------------------------------- plans
@@ -827,7 +848,7 @@ class Communicator:
         count, result = send.count, sendbuf if recvbuf is None else recvbuf
 
         def run(c):
-            self._copy(recv.ptr, send.ptr, send.nbytes)
+            self._copy(recv.ptr, self._avg_input(send.ptr, count, send.dtype, rop), send.nbytes)
             if c.size > 1 and count:
                 if c.algorithm == "recursive_doubling" or count < c.size:
                     alg.all_reduce_recursive_doubling(c, recv.ptr, count)
@@ -837,12 +858,13 @@ class Communicator:
             return result
 
         def shm(e):
-            e.all_reduce(send.ptr, recv.ptr, count, send.dtype, kop)
+            e.all_reduce(self._avg_input(send.ptr, count, send.dtype, rop), recv.ptr, count, send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
 
         def shm_agreed(e):  # the agreement in the data's first rendezvous (see _run_fused)
-            if not e.all_reduce_agreed(self._hdr, self._hdrs, send.ptr, recv.ptr, count, send.dtype, kop):
+            src = self._avg_input(send.ptr, count, send.dtype, rop)
+            if not e.all_reduce_agreed(self._hdr, self._hdrs, src, recv.ptr, count, send.dtype, kop):
                 return False, None
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return True, result
@@ -868,21 +890,21 @@ class Communicator:
         result = (sendbuf if recvbuf is None else recvbuf) if is_root else None
 
         def run(c):
-            acc = send.ptr
+            src = acc = self._avg_input(send.ptr, count, send.dtype, rop)
             if is_root:
                 acc = recv.ptr
-                self._copy(acc, send.ptr, send.nbytes)
-            elif alg._tree((c.rank - root) % c.size, c.size)[1]:  # inner node: fold children into a copy
-                acc = c.scratch(0, send.nbytes)
-                self._copy(acc, send.ptr, send.nbytes)
+                self._copy(acc, src, send.nbytes)
+            elif alg._tree((c.rank - root) % c.size, c.size)[1] and src == send.ptr:  # inner node:
+                acc = c.scratch(0, send.nbytes)  # fold children into a copy, never the caller's input
+                self._copy(acc, src, send.nbytes)
             if c.size > 1 and count:
-                alg.reduce_tree(c, send.ptr, acc, count, root)
+                alg.reduce_tree(c, src, acc, count, root)
             if is_root:
                 self._finish_avg(acc, count, send.dtype, rop)
             return result
 
         def shm(e):
-            e.reduce(send.ptr, recv.ptr, count, send.dtype, kop, root)
+            e.reduce(self._avg_input(send.ptr, count, send.dtype, rop), recv.ptr, count, send.dtype, kop, root)
             if is_root:
                 self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
@@ -941,12 +963,14 @@ class Communicator:
             if c.size == 1:
                 self._copy(recv.ptr, send.ptr, nbytes)
             elif count:
-                alg.reduce_scatter_ring(c, send.ptr, recv.ptr, count, reverse=ring_order)
+                src = self._avg_input(send.ptr, count * c.size, send.dtype, rop)
+                alg.reduce_scatter_ring(c, src, recv.ptr, count, reverse=ring_order)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
 
         def shm(e):
-            e.reduce_scatter(send.ptr, recv.ptr, count, send.dtype, kop)
+            e.reduce_scatter(self._avg_input(send.ptr, count * self.size, send.dtype, rop), recv.ptr, count,
+                             send.dtype, kop)
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
         # the record's root field says the order (agreed: ranks asking for different orders
@@ -1113,7 +1137,7 @@ def _located(exc: UnicclError, op: str, rank: int) -> UnicclError:
     return type(exc)(exc.message, op=op, rank=rank, argument=exc.argument, **exc.extra)
 
 
-# The op the kernels see: AVG is SUM followed by a scale.
+# The op the kernels see: AVG is SUM with a scale (before it for floats, after for integers).
 _KERNEL_OP = {op: int(ReduceOp.SUM if op == ReduceOp.AVG else op) for op in ReduceOp}
 
 

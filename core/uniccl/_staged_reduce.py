@@ -15,7 +15,7 @@ import ctypes
 
 import numpy as np
 
-from ._types import DType, MemcpyKind, ReduceOp
+from ._types import FLOATING, DType, MemcpyKind, ReduceOp
 
 COLLECTIVES = frozenset(("all_reduce", "reduce", "reduce_scatter"))
 
@@ -56,9 +56,13 @@ def run(comm, plan, seq: int):
     if n == 1:
         be.memcpy(dst, scratch, block, int(MemcpyKind.DEVICE_TO_DEVICE), stream)
     kop = int(ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op)
+    premul = plan.op == ReduceOp.AVG and n > 1 and plan.dtype in FLOATING
+    if premul:  # float AVG: each block divided first, so a sum of values whose mean fits cannot overflow
+        for q in range(n):
+            be.scale(scratch + q * block, scratch + q * block, count, plan.dtype, n, stream)
     for q in range(1, n):  # rank order: the same sums, in the same order, on every rank
         be.reduce(dst, scratch if q == 1 else dst, scratch + q * block, count, plan.dtype, kop, stream)
-    if plan.op == ReduceOp.AVG:
+    if plan.op == ReduceOp.AVG and not premul:  # integers: sum, then the truncating division
         be.scale(dst, dst, count, plan.dtype, n, stream)
     be.stream_synchronize(stream)
     return recv.obj

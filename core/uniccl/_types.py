@@ -44,6 +44,10 @@ class DType(enum.IntEnum):
         return numpy_dtype(self)
 
 
+#: The floating dtypes' codes (a float AVG divides each input first; integer AVG sums, then divides).
+FLOATING = frozenset(int(d) for d in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64))
+
+
 class MemcpyKind(enum.IntEnum):
     """Copy direction; values equal cudaMemcpyKind's."""
 

@@ -194,6 +194,43 @@ def case_ring_order_must_agree(comm):
     assert (out == comm.size).all()
 
 
+def case_float_avg_does_not_overflow(comm):
+    """A float AVG whose mean is representable comes out as numpy's mean, though the sum of the
+    terms overflows the type (float16 30000 x 4, bfloat16 / float32 near 3e38, float64 1e308):
+    each rank's input is divided first, as NCCL pre-multiplies.  Integer AVG still truncates."""
+    from fractions import Fraction
+
+    import ml_dtypes
+
+    n, r = comm.size, comm.rank
+    cases = [(np.float16, 30000.0), (ml_dtypes.bfloat16, 3e38), (np.float32, 3e38), (np.float64, 1e308)]
+    for dt, big in cases:
+        terms = [np.full(64, big * (1 - 0.01 * q), np.float64).astype(dt) for q in range(n)]
+        exact = sum(Fraction(float(t[0])) for t in terms) / n  # the mean in exact rationals
+        want = np.full(64, float(exact))
+        tol = 4 * float(np.finfo(dt).eps) * big
+        x = terms[r].copy()
+        comm.all_reduce(x, op=uniccl.AVG)
+        assert np.all(np.isfinite(x.astype(np.float64))), (dt, x[:2])
+        np.testing.assert_allclose(x.astype(np.float64), want, rtol=0, atol=tol, err_msg=f"all_reduce {dt}")
+        out = np.zeros(64, dt)
+        src = terms[r].copy()
+        comm.all_reduce(src, out, op=uniccl.AVG)
+        assert np.array_equal(src.view(np.uint8), terms[r].view(np.uint8)), "sendbuf changed"
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=0, atol=tol)
+        red = np.zeros(64, dt) if r == 0 else None
+        comm.reduce(terms[r].copy(), red, op=uniccl.AVG, root=0)
+        if r == 0:
+            np.testing.assert_allclose(red.astype(np.float64), want, rtol=0, atol=tol, err_msg=f"reduce {dt}")
+        whole = np.concatenate([terms[r]] * n)
+        part = np.zeros(64, dt)
+        comm.reduce_scatter(whole, part, op=uniccl.AVG)
+        np.testing.assert_allclose(part.astype(np.float64), want, rtol=0, atol=tol, err_msg=f"reduce_scatter {dt}")
+    i = np.full(8, 7 + r, np.int32)  # integers: the sum, then a division truncating toward zero
+    comm.all_reduce(i, op=uniccl.AVG)
+    assert np.all(i == int(sum(7 + q for q in range(n)) / n)), i
+
+
 def case_ranks_and_returns(comm):
     assert (comm.rank, comm.size) == (world.rank, world.size)
     assert comm.local_size == comm.size and comm.local_rank == comm.rank  # one host
