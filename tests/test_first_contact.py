@@ -50,12 +50,14 @@ def test_torchrun_ddp_on_uniccl_ends_where_gloo_does(n, tmp_path):
         assert not torch.allclose(ours["torch.float64"][0], start.weight, atol=1e-3)  # training moved it
 
 
-@pytest.mark.parametrize("n", rank_counts([2, 3]))
-def test_plain_processes_join_one_unique_id(n, tmp_path):
+@pytest.mark.parametrize("n,timeout", [(n, None) for n in rank_counts([2, 3])] + [(n, 0) for n in rank_counts([2])])
+def test_plain_processes_join_one_unique_id(n, timeout, tmp_path):
+    """timeout=0 is no limit (it failed at once in the set-up's waits)."""
     uid_file = tmp_path / "uid"
+    extra = [] if timeout is None else [str(timeout)]
     procs = [subprocess.Popen([sys.executable, str(WORKERS / "uid_plain.py"), str(r), str(n), str(uid_file),
-                               str(tmp_path / f"out-{r}.json")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=user_env())
+                               str(tmp_path / f"out-{r}.json"), *extra], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=user_env())
              for r in range(n)]
     try:
         outs = [p.communicate(timeout=180)[0] for p in procs]
@@ -67,6 +69,7 @@ def test_plain_processes_join_one_unique_id(n, tmp_path):
     for r in range(n):
         got = json.loads((tmp_path / f"out-{r}.json").read_text())
         assert (got["rank"], got["size"]) == (r, n)
+        assert got["timeout"] == (120.0 if timeout is None else timeout)
         assert got["transport"] in ("shm", "tcp"), got["transport"]  # never MPI: no MPI job here
         np.testing.assert_array_equal(got["all_reduce"], np.arange(1000, dtype=np.float64) * sum(range(1, n + 1)))
         assert got["broadcast"] == [n - 1] * 7

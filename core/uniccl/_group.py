@@ -55,6 +55,7 @@ class _Group:
                     work._finish(error=exc)
         for comm, plan, work, req, t0 in started:
             try:
+                comm._p2p_timeout(plan)  # each transfer waits as long as its own timeout= says
                 plan.finish(req)
             except BaseException as exc:
                 work._finish(error=comm._p2p_end(plan, t0, exc))

@@ -61,7 +61,7 @@ def _torchrun_world(platform, timeout) -> Communicator:
 
     from torch.distributed import TCPStore
 
-    from ._uniqueid import DEFAULT_TIMEOUT, get_unique_id, torch_job_host
+    from ._uniqueid import get_unique_id, init_wait, torch_job_host
 
     env = os.environ
     try:
@@ -70,7 +70,7 @@ def _torchrun_world(platform, timeout) -> Communicator:
     except (KeyError, ValueError) as exc:
         raise InvalidArgument(f"torchrun's environment is incomplete or malformed ({exc})", op="init",
                               argument="RANK") from None
-    wait = DEFAULT_TIMEOUT if not timeout else timeout
+    wait = init_wait(timeout)
     store = TCPStore(addr, port, size, is_master=False, timeout=timedelta(seconds=wait))
     _torchrun_worlds += 1
     key = f"uniccl/world/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_torchrun_worlds}"

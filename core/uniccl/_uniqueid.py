@@ -334,6 +334,14 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
     return answer["table"]
 
 
+def init_wait(timeout: float | None) -> float:
+    """Seconds the set-up may wait for the other ranks, from a communicator's ``timeout``:
+    None the default, 0 no limit (as for calls; 1e9 s, the largest timeout accepted)."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    return 1e9 if timeout == 0 else timeout
+
+
 def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
     """The transport of the ranks that joined ``uid``: MPI inside an MPI job, else TCP."""
     from ._init import unique_id_bootstrap
@@ -349,7 +357,7 @@ def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
     if size < 1 or not 0 <= rank < size:
         raise InvalidArgument(f"rank must be in [0, size) with size >= 1, got rank={rank} size={size}",
                               op="init", rank=rank, argument="rank")
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    timeout = init_wait(timeout)
     if unique_id_bootstrap() == "tcp":
         from ._tcp import Mesh, TCPTransport, derive_context
 

@@ -1,6 +1,6 @@
 """One of N plain python processes (no launcher at all) joining one unique id, NCCL style:
 rank 0 writes ``bytes(uniccl.get_unique_id())`` to a file, the others read it there.
-usage: uid_plain.py RANK SIZE UID_FILE OUT_JSON
+usage: uid_plain.py RANK SIZE UID_FILE OUT_JSON [TIMEOUT]  (the communicator's timeout=; 0: no limit)
 Each rank all_reduces, broadcasts and all_gathers values made from its rank and writes them,
 with the transport its communicator took, to OUT_JSON."""
 import json
@@ -25,14 +25,15 @@ else:
         time.sleep(0.05)
 with open(uid_file, "rb") as f:
     uid = f.read()
-with uniccl.Communicator(uid, rank, size) as comm:
+kwargs = {"timeout": float(sys.argv[5])} if len(sys.argv) > 5 else {}
+with uniccl.Communicator(uid, rank, size, **kwargs) as comm:
     x = np.arange(1000, dtype=np.float64) * (rank + 1)
     comm.all_reduce(x)
     b = np.full(7, rank, np.int32)
     comm.broadcast(b, root=size - 1)
     g = np.empty(3 * size, np.int64)
     comm.all_gather(np.arange(3, dtype=np.int64) + 10 * rank, g)
-    result = {"rank": comm.rank, "size": comm.size, "transport": comm._tuner.transport,
+    result = {"rank": comm.rank, "size": comm.size, "transport": comm._tuner.transport, "timeout": comm.timeout,
               "all_reduce": x.tolist(), "broadcast": b.tolist(), "all_gather": g.tolist()}
 with open(out, "w") as f:
     json.dump(result, f)
