@@ -11,13 +11,14 @@ identical results.
 """
 from __future__ import annotations
 
-import os
+from . import _env
 
 DEFAULT_CHUNK_BYTES = 512 * 1024
 
 
 def chunk_bytes() -> int:
-    return max(4096, int(os.environ.get("UNICCL_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)))
+    """UNICCL_CHUNK_BYTES (at least 4096): read when a communicator is made, not per call."""
+    return max(4096, _env.size("UNICCL_CHUNK_BYTES"))
 
 
 class OpContext:
@@ -26,11 +27,12 @@ class OpContext:
     __slots__ = ("t", "rank", "size", "tag", "itemsize", "dtype", "op", "_reduce", "scratch",
                  "chunk", "copy", "algorithm")
 
-    def __init__(self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn, algorithm=""):
+    def __init__(self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn, algorithm="",
+                 chunk_nbytes=None):
         self.t, self.rank, self.size, self.tag, self.algorithm = t, rank, size, tag, algorithm
         self.itemsize, self.dtype, self.op = itemsize, dtype, op
         self._reduce, self.scratch, self.copy = reduce_fn, scratch, copy_fn
-        self.chunk = max(1, chunk_bytes() // itemsize)  # in elements
+        self.chunk = max(1, (chunk_nbytes or chunk_bytes()) // itemsize)  # in elements
 
     def reduce(self, dst: int, a: int, b: int, count: int) -> None:
         if count:

@@ -17,9 +17,9 @@
 """
 from __future__ import annotations
 
-import os
 import random
 
+from . import _env
 from ._errors import InvalidArgument
 
 
@@ -94,5 +94,5 @@ class Faults:
 
 
 def from_env(rank: int) -> Faults | None:
-    spec = os.environ.get("UNICCL_FAULT_INJECT", "").strip()
+    spec = _env.text("UNICCL_FAULT_INJECT")
     return Faults(spec, rank) if spec else None

@@ -7,6 +7,8 @@ import os
 import socket
 import sys
 
+from . import _env
+
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
 _LEVELS = {"WARN": logging.WARNING, "WARNING": logging.WARNING, "INFO": logging.INFO, "TRACE": TRACE,
@@ -21,12 +23,13 @@ def configure(rank: int | None = None) -> None:
     global _configured
     if _configured:
         return
+    name = _env.choice("UNICCL_DEBUG")  # InvalidArgument for a level it does not know
     _configured = True
-    level = _LEVELS.get(os.environ.get("UNICCL_DEBUG", "").upper())
+    level = _LEVELS[name.upper()] if name else None
     if level is None:
         logger.addHandler(logging.NullHandler())
         return
-    path = os.environ.get("UNICCL_DEBUG_FILE")
+    path = _env.path("UNICCL_DEBUG_FILE")
     if path:
         path = (path.replace("%h", socket.gethostname()).replace("%p", str(os.getpid()))
                 .replace("%r", str(rank if rank is not None else "")))

@@ -13,10 +13,10 @@ Needs ``prometheus-client`` (``pip install uniccl[metrics]``).
 """
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
+from . import _env
 from . import _telemetry as _tel
 from ._log import logger
 
@@ -28,22 +28,25 @@ _BOUNDS_NS = [1 << k for k in range(10, 38)]
 
 
 def port_for(local_rank: int) -> int | None:
-    raw = os.environ.get("UNICCL_METRICS_PORT")
-    if not raw:
-        return None
-    try:
-        base = int(raw)
-    except ValueError:
-        logger.warning("UNICCL_METRICS_PORT=%r is not a port number: no metrics served", raw)
-        return None
-    return base + local_rank
+    """UNICCL_METRICS_PORT + local rank (None: unset); InvalidArgument when it is not a port."""
+    base = _env.port("UNICCL_METRICS_PORT")
+    return None if base is None else base + local_rank
 
 
 def serve(comm) -> int | None:
-    """Serve this communicator's counters (with the process's others); the port, or None."""
+    """Serve this communicator's counters (with the process's others); the port, or None.
+    Set but unservable (port taken, prometheus-client missing, telemetry off): a warning on
+    stderr, once, when the first communicator is made."""
     global _server
     port = port_for(comm.local_rank)
     if port is None:
+        return None
+    if comm._telemetry is None:
+        _env.warn("UNICCL_METRICS_PORT is set but UNICCL_TELEMETRY is off: no metrics served")
+        return None
+    if port > 65535:
+        _env.warn(f"rank {comm.rank}: UNICCL_METRICS_PORT + local rank {comm.local_rank} = {port} is not a port: "
+                  "no metrics served")
         return None
     with _lock:
         _comms.append(weakref.ref(comm))
@@ -51,14 +54,14 @@ def serve(comm) -> int | None:
             try:
                 from prometheus_client import REGISTRY, start_http_server
             except ImportError:
-                logger.warning("UNICCL_METRICS_PORT is set but prometheus-client is not installed "
-                               "(pip install 'uniccl[metrics]'): no metrics served")
+                _env.warn("UNICCL_METRICS_PORT is set but prometheus-client is not installed "
+                          "(pip install 'uniccl[metrics]'): no metrics served")
                 _server = False
                 return None
             try:
                 start_http_server(port)
             except OSError as exc:
-                logger.warning("rank %d: cannot serve metrics on port %d: %s", comm.rank, port, exc)
+                _env.warn(f"rank {comm.rank}: cannot serve metrics on port {port} (UNICCL_METRICS_PORT): {exc}")
                 _server = False
                 return None
             REGISTRY.register(_Collector())

@@ -8,7 +8,6 @@ plugin wins (cpu has priority 0).
 """
 from __future__ import annotations
 
-import os
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from importlib import metadata
 
 import pluggy
 
-from . import hookspecs
+from . import _env, hookspecs
 from ._errors import PlatformUnavailable
 
 ENTRY_POINT_GROUP = "uniccl.plugins"
@@ -66,14 +65,14 @@ def _hook_names():
 
 
 def _blocked_names() -> set:
-    spec = os.environ.get("UNICCL_PLUGINS", "").strip()
+    spec = _env.text("UNICCL_PLUGINS")  # "^a,b" (InvalidArgument without the ^)
     if not spec.startswith("^"):
         return set()
     return {n.strip() for n in spec[1:].split(",") if n.strip()}
 
 
 def _forced_names() -> list:
-    return [n.strip() for n in os.environ.get("UNICCL_PLATFORM", "").split(",") if n.strip()]
+    return _env.names("UNICCL_PLATFORM")
 
 
 class PluginManager:

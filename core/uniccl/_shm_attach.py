@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 
+from . import _env
 from ._log import logger
 
 DEFAULT_SLOT_BYTES = 1 << 20
@@ -21,7 +22,7 @@ def shm_attach(comm, single_host: bool):
         return None, "a single rank needs no transport"
     if not single_host:
         return None, "ranks span hosts"
-    forced = os.environ.get("UNICCL_TRANSPORT", "").strip().lower()
+    forced = _env.choice("UNICCL_TRANSPORT")
     if forced in ("mpi", "tcp"):
         return None, f"UNICCL_TRANSPORT={forced}"
     t = comm._t
@@ -37,23 +38,28 @@ def shm_attach(comm, single_host: bool):
             reason = f"engine not built: {exc}"
     if reason:  # the same on every rank: no need to agree
         return None, reason
-    slot = int(os.environ.get("UNICCL_SHM_SLOT_BYTES", DEFAULT_SLOT_BYTES))
+    slot = _env.size("UNICCL_SHM_SLOT_BYTES")
+    # the engine's tuning, read here (the engine's own reading of them is for direct users)
+    tuning = {key: _env.get(f"UNICCL_SHM_{key.upper()}") for key in (
+        "small_bytes", "cma_min_bytes", "nt_min_bytes", "cma_reduce_min_bytes", "spin_ns", "yield_ns")}
+    tuning["cma"] = _env.flag("UNICCL_SHM_CMA")
     timeout = comm.timeout
     # checksums on every region read from a peer's slot: opt-in (their cost: docs/reliability.md);
     # UNICCL_FAULT_INJECT's shm_flip then damages that share of the copies, which are made again
-    checksum = os.environ.get("UNICCL_SHM_CHECKSUM", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    checksum = _env.flag("UNICCL_SHM_CHECKSUM")
     flip_ppm = int(round(comm._faults.shm_flip * 1e6)) if checksum and comm._faults is not None else 0
     name = f"/uniccl-{os.getpid()}-{secrets.token_hex(6)}" if comm.rank == 0 else None
     if comm.rank == 0:
         sweep_orphans()
         try:
-            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout, checksum=checksum, flip_ppm=flip_ppm)
+            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout, checksum=checksum, flip_ppm=flip_ppm,
+                               **tuning)
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
     name = t.bcast_obj(name, root=0)
     if comm.rank != 0 and name is not None:
         try:
-            engine = ShmEngine(name, comm.rank, comm.size, False, slot, kernel, timeout)
+            engine = ShmEngine(name, comm.rank, comm.size, False, slot, kernel, timeout, **tuning)
         except Exception as exc:
             reason = f"rank {comm.rank} cannot attach {name}: {exc}"
     reasons = t.allgather_obj(reason)

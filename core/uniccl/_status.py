@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 
+from . import _env
 from . import _flight as _fl
 from . import _safefs
 from . import _telemetry as _tel
@@ -25,7 +26,7 @@ _lock = threading.Lock()
 
 
 def directory() -> str | None:
-    return os.environ.get("UNICCL_STATUS_DIR") or None
+    return _env.path("UNICCL_STATUS_DIR")
 
 
 def jobs_root() -> str:
@@ -75,7 +76,7 @@ def closed(comm) -> None:
     """``comm`` was destroyed: its final counts stay in the status file, written now (a
     finished job reads as finished in ``uniccl top``, not as a rank that fell behind)."""
     w = _writer
-    if w is not None:
+    if w is not None and w.pid == os.getpid():
         w.close(comm)
 
 
@@ -86,6 +87,7 @@ class _Writer:
         self.comms: list = []
         self.prev: dict = {}  # communicator name -> (time, bus bytes) at the last write
         self.exited = False
+        self.pid = os.getpid()
         self._write_lock = threading.Lock()  # the thread, destroy() and exit all write
 
     def run(self) -> None:
@@ -111,7 +113,10 @@ class _Writer:
         self.write()
 
     def exit(self) -> None:
-        """At interpreter exit: the last status, marked exited."""
+        """At interpreter exit: the last status, marked exited (not a forked child's exit: the
+        file is its parent's)."""
+        if os.getpid() != self.pid:
+            return
         for item in self.comms:
             c = item[0]()
             if item[1] is None and c is not None:

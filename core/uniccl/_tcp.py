@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from . import _env
 from ._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
 from ._timeout import default_timeout
 
@@ -93,7 +94,7 @@ def host_key() -> str:
 
 def route_address(target_host: str) -> str:
     """This machine's address on the route to ``target_host`` (what peers can reach)."""
-    forced = os.environ.get("UNICCL_HOST_ADDR")
+    forced = _env.text("UNICCL_HOST_ADDR")
     if forced:
         return forced
     try:
@@ -163,7 +164,7 @@ class Mesh:
         self._begun: dict = {}  # data context -> number of the last call begun there (for probes)
         self.live = 0  # transports over this mesh not yet aborted
         self.checksums, self._crc, self._crc_at = _checksums()
-        self._kept = _Kept(int(os.environ.get("UNICCL_TCP_RETAIN_BYTES", 64 << 20)), size)
+        self._kept = _Kept(_env.size("UNICCL_TCP_RETAIN_BYTES"), size)
         self._next_id = [0] * size
         self._rx = [_RxState() for _ in range(size)]
         self.stats = {"checksum_failures": 0, "retransmit_requests": 0, "retransmits": 0}
@@ -1171,10 +1172,7 @@ class _RxState:
 
 def _checksums():
     """(on?, crc32c(bytes, crc=0), crc32c_at(ptr, n, crc=0)): CRC-32C from the core's C code."""
-    if os.environ.get("UNICCL_TCP_CHECKSUM", "1").strip().lower() in ("0", "false", "no", "off"):
-        on = False
-    else:
-        on = True
+    on = _env.flag("UNICCL_TCP_CHECKSUM")
     try:
         from ._shm import crc32c, crc32c_at
     except ImportError:  # the compiled core is missing: no checksums (a plain-Python build)
@@ -1196,20 +1194,20 @@ _world_lock = threading.Lock()
 def world_from_env() -> TCPTransport:
     """The transport over every rank of a ``uniccl run`` job (local, ssh or slurm launcher):
     rank, size and rendezvous come from the environment the launcher set."""
-    from ._uniqueid import DEFAULT_TIMEOUT, UniqueId
+    from ._uniqueid import UniqueId
 
     global _world_mesh
     with _world_lock:
         if _world_mesh is None:
-            env = os.environ
-            try:
-                rank, size = int(env["UNICCL_RANK"]), int(env["UNICCL_WORLD_SIZE"])
-                host, _, port = env["UNICCL_RENDEZVOUS"].rpartition(":")
-                secret = bytes.fromhex(env["UNICCL_JOB_SECRET"])
-            except (KeyError, ValueError) as exc:
-                raise InvalidArgument(f"the launcher's environment is incomplete or malformed ({exc}); start "
-                                      "the job with 'uniccl run'", op="init", argument="UNICCL_RENDEZVOUS") from None
-            timeout = float(env.get("UNICCL_INIT_TIMEOUT", DEFAULT_TIMEOUT))
+            launcher = ("UNICCL_RANK", "UNICCL_WORLD_SIZE", "UNICCL_RENDEZVOUS", "UNICCL_JOB_SECRET")
+            rank, size, rdv, secret = (_env.get(name) for name in launcher)  # malformed: InvalidArgument
+            missing = [name for name in launcher if not _env.is_set(name)]
+            if missing:
+                raise InvalidArgument(f"the launcher's environment is incomplete (no {', '.join(missing)}); start "
+                                      "the job with 'uniccl run'", op="init", argument="UNICCL_RENDEZVOUS")
+            host, _, port = rdv.rpartition(":")
+            secret = bytes.fromhex(secret)
+            timeout = float(_env.number("UNICCL_INIT_TIMEOUT"))
             _world_mesh = Mesh(UniqueId(host, int(port), secret), rank, size, timeout)
         _world_mesh.worlds += 1
         return TCPTransport(_world_mesh, list(range(_world_mesh.size)),

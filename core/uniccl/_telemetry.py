@@ -11,8 +11,7 @@ has four buckets per power of two of nanoseconds, so percentiles are good to abo
 """
 from __future__ import annotations
 
-import os
-
+from . import _env
 from ._counters import Counters
 
 _SUB = 2  # log2 of the buckets per power of two
@@ -31,7 +30,7 @@ _BUS = {
 
 
 def enabled() -> bool:
-    return os.environ.get("UNICCL_TELEMETRY", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _env.flag("UNICCL_TELEMETRY")
 
 
 def bus_factor(op: str, size: int) -> float:

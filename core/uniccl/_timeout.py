@@ -7,8 +7,7 @@ catches the rest — a rank that never arrives, a hung peer.  Expiry raises
 """
 from __future__ import annotations
 
-import os
-
+from . import _env
 from ._errors import InvalidArgument
 
 #: seconds a call may wait for its peers unless ``timeout=`` or UNICCL_TIMEOUT says otherwise
@@ -18,16 +17,7 @@ DEFAULT_TIMEOUT = 120.0
 
 def default_timeout() -> float:
     """UNICCL_TIMEOUT (seconds; 0: none), else DEFAULT_TIMEOUT."""
-    raw = os.environ.get("UNICCL_TIMEOUT", "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT
-    except ValueError:
-        raise InvalidArgument(f"UNICCL_TIMEOUT={raw!r} is not a number of seconds", op="init",
-                              argument="UNICCL_TIMEOUT") from None
-    if not 0 <= value <= 1e9:
-        raise InvalidArgument(f"UNICCL_TIMEOUT={raw!r} must be >= 0 (0: no timeout)", op="init",
-                              argument="UNICCL_TIMEOUT")
-    return value
+    return float(_env.number("UNICCL_TIMEOUT"))
 
 
 def check_timeout(value, op: str, rank: int):

@@ -15,9 +15,9 @@ Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
+from . import _env
 from ._errors import InvalidArgument
 from ._log import logger
 
@@ -73,10 +73,7 @@ class Tuner:
     def __init__(self, size: int, p2p: str, shm_ready: bool, shm_reason: str = ""):
         """``p2p``: the communicator's point-to-point transport, "mpi" or "tcp"."""
         self.size, self.p2p = size, p2p
-        forced = os.environ.get("UNICCL_TRANSPORT", "").strip().lower()
-        if forced not in ("", "mpi", "tcp", "shm"):
-            raise InvalidArgument(f"UNICCL_TRANSPORT must be 'shm', 'mpi' or 'tcp', got {forced!r}", op="init",
-                                  argument="UNICCL_TRANSPORT")
+        forced = _env.choice("UNICCL_TRANSPORT") or ""  # shm, mpi or tcp (InvalidArgument otherwise)
         if size < 2:
             forced = ""  # nothing to transport: any forced choice is moot
         if forced in ("mpi", "tcp") and forced != p2p:
@@ -94,7 +91,7 @@ class Tuner:
             self.transport, self.transport_why = "shm", "all ranks on one host"
         else:
             self.transport, self.transport_why = p2p, shm_reason or "ranks span hosts"
-        self.rules = parse_rules(os.environ.get("UNICCL_ALGO", ""))
+        self.rules = parse_rules(_env.text("UNICCL_ALGO"))
         for coll, algo in self.rules.items():
             known = {a for t in ALGORITHMS.values() for c, algos in t.items() if coll in (c, "*") for a in algos}
             if algo not in known:

@@ -7,9 +7,15 @@ import os
 
 
 def autoload() -> None:
-    if os.environ.get("UNICCL_TORCH_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes", "on"):
+    # unset or off: return before anything is imported; any other value is uniccl._env's to
+    # judge (its boolean spellings; a bad one is named in the warning below)
+    if os.environ.get("UNICCL_TORCH_AUTOLOAD", "").strip().lower() in ("", "0", "false", "no", "off"):
         return
     try:
+        from uniccl import _env
+
+        if not _env.flag("UNICCL_TORCH_AUTOLOAD"):
+            return
         import uniccl.torch  # noqa: F401  (registers the backend)
     except Exception as exc:  # noqa: BLE001  (torch must import whatever happens here)
         import warnings

@@ -16,6 +16,7 @@ import threading
 
 import pluggy
 
+from .. import _env
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
 from ._dl import ccl_conflict, find_library, note_ccl
 
@@ -157,7 +158,8 @@ class DevicePlugin:
 
     def kernels(self):
         if self._kernels is None:
-            path = os.environ.get(self.kernels_env or "", "")
+            var = self.kernels_env or ""  # uniccl's plugins' are in _env's table; another plugin's may not be
+            path = (_env.path(var) if var in _env.VARS else os.environ.get(var, "").strip()) or ""
             if not path and self.kernels_dir:
                 found = [f for f in sorted(os.listdir(self.kernels_dir)) if f.endswith(".so")] \
                     if os.path.isdir(self.kernels_dir) else []
