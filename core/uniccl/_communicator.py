@@ -29,7 +29,7 @@ import numpy as np
 from . import _algorithms as alg
 from . import _device, _staged_reduce
 from . import _checks as chk
-from . import _faults, _group
+from . import _env, _faults, _group
 from . import _metrics, _status
 from . import _telemetry as _tel
 from . import _trace
@@ -133,6 +133,7 @@ class Communicator:
     def _setup(self, transport, platform, timeout=None, name="world") -> None:
         """Take ownership of ``transport`` (MPITransport or TCPTransport).  ``timeout``: the
         seconds each call may wait for its peers (None: UNICCL_TIMEOUT, else DEFAULT_TIMEOUT)."""
+        _env.check_all()  # every UNICCL_* variable set: a bad value is an InvalidArgument here, at startup
         self.timeout = default_timeout() if timeout is None else _check_timeout(timeout, "init", None)
         self._timeout_set = None  # what the transports were last told
         mgr = manager()
@@ -166,6 +167,7 @@ class Communicator:
         self._hdrs = np.zeros((self.size, HEADER_WORDS), np.int64)
         self._hdr_view = memoryview(self._hdr)  # element writes without numpy's per-call overhead
         single_host = self.local_size == self.size
+        self._chunk_bytes = alg.chunk_bytes()  # UNICCL_CHUNK_BYTES, read once here: not per call
         self._faults = _faults.from_env(self.rank)  # UNICCL_FAULT_INJECT (tests): None, and free, otherwise
         self._engine, shm_reason = _shm_attach(self, single_host)
         self._tuner = Tuner(self.size, transport.name, self._engine is not None, shm_reason)
@@ -184,9 +186,10 @@ class Communicator:
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
         self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
         self._telemetry = _tel.Telemetry(self.size) if _tel.enabled() else None  # UNICCL_TELEMETRY
-        if self._telemetry is not None:
-            _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus
+        _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus (a warning now if it cannot be served)
         _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
+        for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR", "UNICCL_STATUS_DIR"):
+            _env.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message
@@ -707,7 +710,7 @@ class Communicator:
         dt = DType(plan.dtype)
         op = ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op
         return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
-                             int(op), self._hostb.reduce, self._scratch, self._copy, algorithm)
+                             int(op), self._hostb.reduce, self._scratch, self._copy, algorithm, self._chunk_bytes)
 
     def _record(self, plan: Plan) -> None:
         """This rank's record of the call (what every rank must agree on) into ``self._hdr``."""
