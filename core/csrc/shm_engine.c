@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -1718,6 +1719,20 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
             shm_unlink(name);
             goto fail;
         }
+        /* ftruncate only sizes a sparse file: on a /dev/shm too small for it the first touch of
+         * a page past the free space is a SIGBUS.  Reserve every page now, or fail here. */
+        struct statvfs vfs;
+        unsigned long long avail = fstatvfs(fd, &vfs) == 0 ? (unsigned long long)vfs.f_bavail * vfs.f_frsize : 0;
+        int frc = posix_fallocate(fd, 0, (off_t)total);
+        if (frc != 0 && frc != EOPNOTSUPP && frc != EINVAL) { /* EOPNOTSUPP/EINVAL: cannot reserve here */
+            set_err(err, UC_SHM_ESYS, op,
+                    "/dev/shm has %llu bytes free, the shared-memory segment needs %zu bytes "
+                    "(posix_fallocate: %s)", avail, total, strerror(frc));
+            err->sys_errno = frc;
+            close(fd);
+            shm_unlink(name);
+            goto fail;
+        }
         e->map_bytes = total;
     } else {
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
@@ -1912,6 +1927,8 @@ int uc_shm_fail(uc_shm *e, const char *op, const char *message) {
 }
 
 void uc_shm_abort(uc_shm *e, const char *why) {
+    if (e->owner_pid != (long)getpid())
+        return; /* a forked child's abort must never end its parent's job */
     atomic_store_explicit(&e->abort_requested, 1, memory_order_release);
     publish_abort(e, ABORT_FAILED, e->rank, (long)getpid(), why);
 }

@@ -212,10 +212,12 @@ class Communicator:
         return self
 
     def __exit__(self, *exc):
-        self.destroy()
+        if os.getpid() == self._pid:  # a forked child leaving the block: its parent's, left alone
+            self.destroy()
 
     def destroy(self) -> None:
         """Finish pending work and release this communicator's resources (idempotent)."""
+        self._owned("destroy")
         if self._destroyed:
             return
         self._executor.close()
@@ -253,6 +255,7 @@ class Communicator:
         """
         import time
 
+        self._owned("abort")
         if self._destroyed:
             return
         self._destroyed = True  # no new call starts (checked before and under the lock)
@@ -285,6 +288,11 @@ class Communicator:
     def _alive(self, op: str) -> None:
         if self._destroyed:
             raise InvalidUsage("the communicator was destroyed", op=op, rank=self.rank)
+        self._owned(op)
+
+    def _owned(self, op: str) -> None:
+        """In a forked child (a DataLoader worker) the communicator is its parent's: every call,
+        abort and destroy included, is InvalidUsage and touches nothing the two share."""
         if os.getpid() != self._pid:  # its sockets and shared memory are the parent's: never touch them
             raise InvalidUsage(f"this communicator belongs to process {self._pid}; a forked child must make its "
                                "own", op=op, rank=self.rank)

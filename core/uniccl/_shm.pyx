@@ -223,9 +223,14 @@ cdef class ShmEngine:
     cdef readonly int size
     cdef readonly bint creator
     cdef object __weakref__
+    # Threads inside a call (counted under the GIL): close() refuses while any is, so that a
+    # call's thread never reads a freed engine (its error, its trace) after another thread's
+    # abort() closed it -- that was a SIGSEGV in abort's tests.
+    cdef int _users
 
     def __cinit__(self):
         self._e = NULL
+        self._users = 0
 
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
                  small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
@@ -305,7 +310,7 @@ cdef class ShmEngine:
         """Unmap the segment (idempotent).  The creator also unlinks it if it has not yet."""
         if self._e == NULL:
             return
-        if uc_shm_close(self._e) == UC_SHM_EBUSY:
+        if self._users or uc_shm_close(self._e) == UC_SHM_EBUSY:
             raise InvalidUsage("close() while a collective is running on this engine", op="close",
                                rank=self.rank)
         self._e = NULL
@@ -405,24 +410,32 @@ cdef class ShmEngine:
         cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
         cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
         cdef int same = 1, q, n = self.size
-        with nogil:
-            rc = uc_shm_agree(e, rec, res)
-            if rc == 0:
-                for q in range(n):
-                    if memcmp(res + 8 * q, rec, 8 * sizeof(int64_t)) != 0:
-                        same = 0
-                        break
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_agree(e, rec, res)
+                if rc == 0:
+                    for q in range(n):
+                        if memcmp(res + 8 * q, rec, 8 * sizeof(int64_t)) != 0:
+                            same = 0
+                            break
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
         return same == 1
 
     def barrier(self):
         cdef uc_shm *e = self._live("barrier")
         cdef int rc
-        with nogil:
-            rc = uc_shm_barrier(e)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_barrier(e)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def all_reduce_agreed(self, header, out, send, recv, count, dtype, op):
         """:meth:`agree` and :meth:`all_reduce` in one rendezvous (the record rides on the data's
@@ -435,12 +448,16 @@ cdef class ShmEngine:
         cdef size_t c = self._count(count, "all_reduce", "count")
         cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
         cdef int rc
-        with nogil:
-            rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>s, <void *>r, c, dt, o)
-        if rc == UC_SHM_EMISMATCH:
-            return False
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>s, <void *>r, c, dt, o)
+            if rc == UC_SHM_EMISMATCH:
+                return False
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
         return True
 
     def all_reduce(self, send, recv, count, dtype, op):
@@ -450,10 +467,14 @@ cdef class ShmEngine:
         cdef size_t c = self._count(count, "all_reduce", "count")
         cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
         cdef int rc
-        with nogil:
-            rc = uc_shm_all_reduce(e, <const void *>s, <void *>r, c, dt, o)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_all_reduce(e, <const void *>s, <void *>r, c, dt, o)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def reduce_scatter(self, send, recv, count, dtype, op):
         """Block i (``count`` elements) of every rank's send, reduced, lands in rank i's
@@ -464,10 +485,14 @@ cdef class ShmEngine:
         cdef size_t c = self._count(count, "reduce_scatter", "count")
         cdef int dt = self._code(dtype, "reduce_scatter", "dtype"), o = self._code(op, "reduce_scatter", "op")
         cdef int rc
-        with nogil:
-            rc = uc_shm_reduce_scatter(e, <const void *>s, <void *>r, c, dt, o)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_reduce_scatter(e, <const void *>s, <void *>r, c, dt, o)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def reduce(self, send, recv, count, dtype, op, root):
         """Reduce into ``root``'s recv (ignored elsewhere; may be send at the root)."""
@@ -477,10 +502,14 @@ cdef class ShmEngine:
         cdef int dt = self._code(dtype, "reduce", "dtype"), o = self._code(op, "reduce", "op")
         cdef int rt = self._code(root, "reduce", "root")
         cdef int rc
-        with nogil:
-            rc = uc_shm_reduce(e, <const void *>s, <void *>r, c, dt, o, rt)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_reduce(e, <const void *>s, <void *>r, c, dt, o, rt)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def broadcast(self, ptr, nbytes, root):
         cdef uc_shm *e = self._live("broadcast")
@@ -488,10 +517,14 @@ cdef class ShmEngine:
         cdef size_t n = self._count(nbytes, "broadcast", "nbytes")
         cdef int rt = self._code(root, "broadcast", "root")
         cdef int rc
-        with nogil:
-            rc = uc_shm_broadcast(e, <void *>p, n, rt)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_broadcast(e, <void *>p, n, rt)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def all_gather(self, send, recv, block_bytes):
         """recv[i*block_bytes:(i+1)*block_bytes] = rank i's send; send may be block
@@ -500,10 +533,14 @@ cdef class ShmEngine:
         cdef uintptr_t s = self._ptr(send, "all_gather", "send"), r = self._ptr(recv, "all_gather", "recv")
         cdef size_t b = self._count(block_bytes, "all_gather", "block_bytes")
         cdef int rc
-        with nogil:
-            rc = uc_shm_all_gather(e, <const void *>s, <void *>r, b)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_all_gather(e, <const void *>s, <void *>r, b)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def all_to_all(self, send, recv, block_bytes):
         """Block i of send goes to rank i; block j of recv comes from rank j (no overlap)."""
@@ -511,10 +548,14 @@ cdef class ShmEngine:
         cdef uintptr_t s = self._ptr(send, "all_to_all", "send"), r = self._ptr(recv, "all_to_all", "recv")
         cdef size_t b = self._count(block_bytes, "all_to_all", "block_bytes")
         cdef int rc
-        with nogil:
-            rc = uc_shm_all_to_all(e, <const void *>s, <void *>r, b)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_all_to_all(e, <const void *>s, <void *>r, b)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def gather(self, send, recv, block_bytes, root):
         cdef uc_shm *e = self._live("gather")
@@ -522,10 +563,14 @@ cdef class ShmEngine:
         cdef size_t b = self._count(block_bytes, "gather", "block_bytes")
         cdef int rt = self._code(root, "gather", "root")
         cdef int rc
-        with nogil:
-            rc = uc_shm_gather(e, <const void *>s, <void *>r, b, rt)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_gather(e, <const void *>s, <void *>r, b, rt)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     def scatter(self, send, recv, block_bytes, root):
         cdef uc_shm *e = self._live("scatter")
@@ -533,10 +578,14 @@ cdef class ShmEngine:
         cdef size_t b = self._count(block_bytes, "scatter", "block_bytes")
         cdef int rt = self._code(root, "scatter", "root")
         cdef int rc
-        with nogil:
-            rc = uc_shm_scatter(e, <const void *>s, <void *>r, b, rt)
-        if rc:
-            self._raise(rc)
+        self._users += 1  # the engine outlives every thread inside it (see close)
+        try:
+            with nogil:
+                rc = uc_shm_scatter(e, <const void *>s, <void *>r, b, rt)
+            if rc:
+                self._raise(rc)
+        finally:
+            self._users -= 1
 
     # ---------------------------------------------------------------- helpers
     cdef uc_shm *_live(self, str op) except NULL:

@@ -7,13 +7,16 @@ the same transport.
 """
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 
 from . import _env
+from ._errors import InternalError
 from ._log import logger
 
 DEFAULT_SLOT_BYTES = 1 << 20
+NO_SPACE = "no space"  # rank 0's reason when /dev/shm cannot hold the segment
 
 
 def shm_attach(comm, single_host: bool):
@@ -56,6 +59,9 @@ def shm_attach(comm, single_host: bool):
                                **tuning)
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
+            if getattr(exc, "errno", None) == errno.ENOSPC:  # every rank raises this, not a fallback
+                reason = (NO_SPACE, f"{exc.message}; make /dev/shm larger (docker run --shm-size=...), "
+                          "set UNICCL_SHM_SLOT_BYTES lower, or UNICCL_TRANSPORT=tcp")
     name = t.bcast_obj(name, root=0)
     if comm.rank != 0 and name is not None:
         try:
@@ -65,6 +71,10 @@ def shm_attach(comm, single_host: bool):
     reasons = t.allgather_obj(reason)
     if comm.rank == 0 and engine is not None:
         engine.unlink()  # everyone attached (or gave up): the name is no longer needed
+    full = [r[1] for r in reasons if isinstance(r, (tuple, list)) and r[0] == NO_SPACE]
+    if full:  # a /dev/shm too small: a typed error on every rank, not a dying rank or a slow fallback
+        raise InternalError(f"shared memory: {full[0]}", op="init", rank=comm.rank, errno=errno.ENOSPC,
+                            path="/dev/shm")
     failed = [r for r in reasons if r]
     if failed:
         if engine is not None:

@@ -38,6 +38,7 @@ class Tracer:
 
     def __init__(self, path: str, rank: int, size: int):
         self.dir, self.rank, self.size = path, rank, size
+        self.pid = os.getpid()  # whose files these are
         self.events: list = []
         self.offset_us = 0.0  # this clock minus rank 0's
         self.rtt_us = 0.0
@@ -96,8 +97,11 @@ def attach(comm) -> Tracer | None:
 
 
 def flush() -> str | None:
-    """Write this process's trace and stats now (also done at exit)."""
-    return _tracer.write() if _tracer is not None else None
+    """Write this process's trace and stats now (also done at exit; never from a forked child,
+    whose files would overwrite its parent's)."""
+    if _tracer is None or _tracer.pid != os.getpid():
+        return None
+    return _tracer.write()
 
 
 def _align(comm, rounds: int = 8) -> tuple[float, float]:
