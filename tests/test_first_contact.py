@@ -77,12 +77,12 @@ def test_plain_processes_join_one_unique_id(n, timeout, tmp_path):
 
 
 @pytest.mark.parametrize("n", rank_counts([2]))
-def test_uniccl_init_under_torchrun_is_torchruns_world(n):
+def test_uniccl_init_under_torchrun_is_torchruns_world(n, tmp_path):
     pytest.importorskip("torch")
-    res = run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(n), str(WORKERS / "torchrun_init.py")])
-    rows = sorted((json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")),
-                  key=lambda r: r["rank"])
-    assert [r["rank"] for r in rows] == list(range(n)), res.stdout
+    run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(n), str(WORKERS / "torchrun_init.py"),
+         str(tmp_path / "out")])
+    rows = [json.loads((tmp_path / f"out-{r}.json").read_text()) for r in range(n)]
+    assert [r["rank"] for r in rows] == list(range(n)), rows
     for r in rows:
         assert r["size"] == n and r["local"] == [r["rank"], n]
         np.testing.assert_array_equal(r["all_reduce"], n * np.arange(64, dtype=np.float64) + sum(range(n)))
