@@ -14,12 +14,20 @@ connection died), stops the ranks: no orphan survives its launcher.
 ``python -m uniccl._agent --rank-from-env -- program args`` is the wrapper run
 under MPI's launchers and srun: it maps their rank variables to ``UNICCL_*`` and
 runs one rank the same way.
+
+Stopping: a request (the launcher's Ctrl-C, SIGTERM, its ``--timeout``, a failed rank) sends
+the first signal of the ladder SIGINT -> SIGTERM -> SIGKILL it names to every live rank's
+process group; each further request, or ``grace`` seconds with a rank still alive, sends
+the next.  So Ctrl-C reaches every rank as SIGINT (Python's KeyboardInterrupt: ``finally``
+blocks run), a second Ctrl-C or the grace period sends SIGTERM (a rank with ``UNICCL_TRACE``
+or ``UNICCL_DUMP_DIR`` writes its files then), and whatever is left is killed.
 """
 from __future__ import annotations
 
 import collections
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +37,9 @@ import time
 
 STATUS_MARK = "\x1euniccl-agent "  # starts the agent's status line among the ranks' output
 TAIL_LINES = 20
-GRACE_S = 3.0
+GRACE_S = 10.0  # seconds a rank has after SIGINT (then SIGTERM), and after SIGTERM (then SIGKILL)
+LADDER = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)  # how a stop escalates
+PYTHON_NAMES = ("python", "python3")  # run as this launcher's (or the node's) interpreter
 
 
 def _die_with_parent() -> None:
@@ -44,10 +54,25 @@ def _die_with_parent() -> None:
 
 
 def program_argv(argv: list[str], python: str | None = None) -> list[str]:
-    """A ``.py`` program runs under this (or the node's) interpreter."""
+    """A ``.py`` program, or ``python``/``python3`` by its bare name, runs under this (or the
+    node's) interpreter: the one uniccl is installed in, not whatever ``python`` is first on PATH."""
     if argv and argv[0].endswith(".py"):
         return [python or sys.executable, *argv]
+    if argv and argv[0] in PYTHON_NAMES:
+        return [python or sys.executable, *argv[1:]]
     return list(argv)
+
+
+def python_note(argv: list[str], python: str | None = None) -> str | None:
+    """The line to log when ``program_argv`` ran another interpreter than PATH's ``python``."""
+    if not argv or argv[0] not in PYTHON_NAMES:
+        return None
+    exe = python or sys.executable
+    on_path = shutil.which(argv[0])
+    if on_path and os.path.abspath(on_path) == os.path.abspath(exe):
+        return None
+    other = f"not {on_path} (first on PATH)" if on_path else f"there is no {argv[0]} on PATH"
+    return f"{argv[0]!r} runs as this launcher's interpreter {exe}, {other}"
 
 
 def describe_exit(code: int) -> str:
@@ -76,11 +101,15 @@ class _Rank:
 
 class NodeJob:
     """The ranks of one node.  ``env`` is added to each rank's environment on top of
-    the rank variables; ``out`` receives the prefixed lines."""
+    the rank variables (uniccl's and torch's); ``out`` receives the prefixed lines; ``say``
+    the launcher's own messages (how a stop escalates).  ``escalate=False``: a request for
+    the signal already sent is not a second Ctrl-C (the wrapper under mpiexec, which may get
+    one signal both from mpiexec and from the launcher's process group)."""
 
     def __init__(self, ranks: list[int], world_size: int, argv: list[str], env: dict, *, node_rank: int = 0,
                  nnodes: int = 1, host: str | None = None, prefix: bool = True, log_dir: str | None = None,
-                 out=None, python: str | None = None, inherit_fds: bool = False):
+                 out=None, python: str | None = None, inherit_fds: bool = False, grace: float = GRACE_S,
+                 say=None, escalate: bool = True):
         self.ranks, self.world_size, self.env = ranks, world_size, env
         self.argv = program_argv(argv, python)
         self.node_rank, self.nnodes = node_rank, nnodes
@@ -88,6 +117,9 @@ class NodeJob:
         self.prefix, self.log_dir = prefix, log_dir
         self.out = out or sys.stdout
         self.inherit_fds = inherit_fds
+        self.grace, self.escalate = grace, escalate
+        self.say = say or (lambda msg: None)
+        self._requests: collections.deque = collections.deque()  # signals asked for (see request_stop)
         self._write_lock = threading.Lock()
         self.procs: list[_Rank] = []
         self.failure: dict | None = None
@@ -98,8 +130,11 @@ class NodeJob:
         for local, rank in enumerate(self.ranks):
             env = dict(os.environ, UNICCL_RANK=str(rank), UNICCL_WORLD_SIZE=str(self.world_size),
                        UNICCL_LOCAL_RANK=str(local), UNICCL_LOCAL_SIZE=str(len(self.ranks)),
-                       UNICCL_NODE_RANK=str(self.node_rank), UNICCL_NNODES=str(self.nnodes), PYTHONUNBUFFERED="1")
-            env.update(self.env)
+                       UNICCL_NODE_RANK=str(self.node_rank), UNICCL_NNODES=str(self.nnodes), PYTHONUNBUFFERED="1",
+                       # torch's names, for init_process_group's default env:// (MASTER_* come in self.env)
+                       RANK=str(rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK=str(local),
+                       LOCAL_WORLD_SIZE=str(len(self.ranks)), GROUP_RANK=str(self.node_rank))
+            env.update(self.env)  # the user's -x values win
             platforms = env.get("UNICCL_PLATFORMS", "")
             if platforms:  # a mixed-vendor job: rank r takes the r-th platform (cycling)
                 names = [p.strip() for p in platforms.split(",") if p.strip()]
@@ -113,7 +148,7 @@ class NodeJob:
                 if log:
                     log.close()
                 self.failure = self._record(rank, None, f"could not start {self.argv[0]!r}: {exc}", 127)
-                self.stop()
+                self.stop(grace=self.grace)
                 return
             r = _Rank(rank, proc, log)
             r.pump = threading.Thread(target=self._pump, args=(r,), daemon=True, name=f"uniccl-out-{rank}")
@@ -158,6 +193,12 @@ class NodeJob:
             return "failed"
         return "running" if any(code is None for _, code in codes) else "done"
 
+    def request_stop(self, sig: int = signal.SIGTERM) -> None:
+        """Ask the running job to stop by ``sig`` (SIGINT, SIGTERM or SIGKILL); safe from a
+        signal handler or another thread.  While stopping, each request sends the next signal
+        of the ladder (see the module doc) or ``sig`` if that is further up."""
+        self._requests.append(sig)
+
     def stop(self, sig: int = signal.SIGTERM, grace: float = GRACE_S) -> None:
         """Signal every live rank's process group; SIGKILL whatever outlives ``grace``."""
         live = [r for r in self.procs if r.proc.poll() is None]
@@ -181,7 +222,8 @@ class NodeJob:
 
     def run(self, timeout: float | None = None, stop_event: threading.Event | None = None,
             on_failure=None) -> str:
-        """Start, watch until done, failed, timed out or ``stop_event``; always stop."""
+        """Start, watch until done, failed, timed out, :meth:`request_stop` or ``stop_event``
+        (a SIGTERM request); then stop what is left, signal by signal (see the module doc)."""
         self.start()
         deadline = time.monotonic() + timeout if timeout else None
         state = "failed" if self.failure else "running"
@@ -190,18 +232,68 @@ class NodeJob:
                 state = self.check()
                 if state != "running":
                     break
+                if self._requests:
+                    state = "stopped"
+                    break
                 if stop_event is not None and stop_event.is_set():
                     state = "stopped"
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     state = "timeout"
+                    self.say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM to every "
+                             f"rank (SIGKILL {self.grace:g} s later)")
                     break
                 time.sleep(0.02)
             if state == "failed" and on_failure is not None:
                 on_failure(self.failure)  # tell the launcher before the (slow) stop
+            if state != "done":
+                # a request says what it was; a failure, a timeout or stop_event is a silent SIGTERM
+                self._wind_down(stop_event, None if self._requests else signal.SIGTERM)
         finally:
-            self.stop()
+            self.stop(grace=self.grace)  # SIGKILL each rank's group (its children too); close the logs
         return state
+
+    def _wind_down(self, stop_event=None, first: int | None = None) -> None:
+        """Send the requested signals (``first``: one sent without a word), escalating on each
+        new request and after each ``grace`` seconds, until every rank has exited or been sent
+        SIGKILL."""
+        level, step_end = -1, 0.0
+        stop_seen = stop_event is not None and stop_event.is_set()
+        while True:
+            live = [r for r in self.procs if r.proc.poll() is None]
+            if not live:
+                return
+            if stop_event is not None and not stop_seen and stop_event.is_set():
+                stop_seen = True
+                self._requests.append(signal.SIGTERM)
+            now = time.monotonic()
+            steps = []  # (ladder index, why: None for the silent first step)
+            if first is not None:
+                level, first = LADDER.index(first), None
+                steps.append((level, None))
+            while self._requests:
+                sig = self._requests.popleft()
+                want = LADDER.index(sig) if sig in LADDER else 1
+                nxt = want if level < 0 else max(want, level + 1 if self.escalate else level)
+                if nxt > level:
+                    steps.append((nxt, signal.Signals(sig).name + (" again" if 0 <= want <= level else "")))
+                    level = nxt
+            if not steps and now > step_end:
+                level += 1
+                steps.append((level, f"still running {self.grace:g} s after {LADDER[level - 1].name}"))
+            for lvl, why in steps:
+                sig = LADDER[min(lvl, len(LADDER) - 1)]
+                for r in live:
+                    _killpg(r.proc.pid, sig)
+                step_end = now + self.grace
+                if why is not None:
+                    then = "" if sig == signal.SIGKILL else \
+                        f" (again, or {self.grace:g} s later: {LADDER[LADDER.index(sig) + 1].name})"
+                    self.say(f"{why}: sent {sig.name} to rank{'s' * (len(live) > 1)} "
+                             f"{', '.join(str(r.rank) for r in live)}{then}")
+            if level >= len(LADDER) - 1:
+                return  # SIGKILL sent: stop() reaps them
+            time.sleep(0.02)
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -227,30 +319,43 @@ def failure_report(failure: dict, world_size: int, out=sys.stderr) -> None:
 def _serve_spec() -> int:
     """Run the node job described by the JSON spec on stdin (see the module doc)."""
     spec = json.loads(sys.stdin.readline())
-    stop = threading.Event()
-
-    def watch_stdin():
-        for line in sys.stdin:
-            if line.strip() == "stop":
-                break
-        stop.set()  # "stop", or EOF: the launcher is gone
-
-    threading.Thread(target=watch_stdin, daemon=True, name="uniccl-agent-stdin").start()
     env = dict(spec.get("env") or {})
     env["UNICCL_JOB_SECRET"] = spec["secret"]
+    say = _stderr_say
     job = NodeJob(spec["ranks"], spec["world_size"], spec["argv"], env, node_rank=spec["node_rank"],
                   nnodes=spec["nnodes"], host=spec.get("host"), prefix=spec.get("prefix", True),
-                  log_dir=spec.get("log_dir"), out=sys.stdout)
+                  log_dir=spec.get("log_dir"), out=sys.stdout, grace=spec.get("grace", GRACE_S), say=say)
+    note = python_note(spec["argv"])
+    if note:
+        say(note)
+
+    def watch_stdin():
+        # "signal SIGINT" (the launcher's Ctrl-C, forwarded), "stop" (SIGTERM), or EOF: the launcher is gone
+        for line in sys.stdin:
+            words = line.split()
+            if words[:1] == ["signal"] and len(words) == 2 and words[1] in ("SIGINT", "SIGTERM", "SIGKILL"):
+                job.request_stop(signal.Signals[words[1]])
+            elif words == ["stop"]:
+                job.request_stop(signal.SIGTERM)
+        job.request_stop(signal.SIGTERM)
+
+    threading.Thread(target=watch_stdin, daemon=True, name="uniccl-agent-stdin").start()
 
     def report(failure):
         _status({"state": "failed", "failure": failure})
 
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: stop.set())
-    state = job.run(spec.get("timeout"), stop, on_failure=report)
+    signal.signal(signal.SIGTERM, lambda *_: job.request_stop(signal.SIGTERM))
+    signal.signal(signal.SIGHUP, lambda *_: job.request_stop(signal.SIGTERM))
+    signal.signal(signal.SIGINT, lambda *_: job.request_stop(signal.SIGINT))
+    state = job.run(spec.get("timeout"), on_failure=report)
     if state != "failed":
         _status({"state": state})
     return 0 if state == "done" else (job.failure or {}).get("exit_status", 1) or 1
+
+
+def _stderr_say(msg: str) -> None:
+    sys.stderr.write(f"uniccl run: {msg}\n")
+    sys.stderr.flush()
 
 
 def _status(obj) -> None:
@@ -295,15 +400,21 @@ def _wrap_one(argv: list[str]) -> int:
     ids = rank_env_from_launcher()
     rank, size = int(ids["UNICCL_RANK"]), int(ids["UNICCL_WORLD_SIZE"])
     job = NodeJob([rank], size, argv, ids, node_rank=int(ids["UNICCL_NODE_RANK"]), nnodes=int(ids["UNICCL_NNODES"]),
-                  prefix=os.environ.get("UNICCL_PREFIX", "1") != "0", inherit_fds=True)  # PMI may pass an fd
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    state = job.run(stop_event=stop)
+                  prefix=os.environ.get("UNICCL_PREFIX", "1") != "0", inherit_fds=True,  # PMI may pass an fd
+                  escalate=False)  # the same signal may come from mpiexec and from the launcher's group
+    caught = []
+
+    def forward(sig, _frame):  # the rank gets what the wrapper got: SIGINT stays SIGINT
+        caught.append(sig)
+        job.request_stop(signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    state = job.run()
     if state == "failed":
         failure_report(job.failure, size)
         return job.failure["exit_status"] or 1
-    return 0 if state == "done" else 143
+    return 0 if state == "done" else 128 + int(caught[0] if caught else signal.SIGTERM)
 
 
 def main(argv=None) -> int:

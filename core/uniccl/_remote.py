@@ -5,6 +5,8 @@ optionally ``--sync`` and ``--build`` on all nodes at once, host the rendezvous,
 start ``python -m uniccl._agent`` on each node over ssh and hand it its job spec
 (ranks, program, environment, secret) on stdin.  The agents stream their ranks'
 prefixed output back; the first failure any agent reports stops every node.
+Ctrl-C (or SIGTERM) here is passed to every agent (``signal SIGINT`` on its stdin), which
+sends it to its ranks and escalates after the grace as the local launcher does.
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ import threading
 import time
 
 from . import _agent, _cluster, _ssh
-from ._run import _finish, _forward_signals, _Rendezvous, _say
+from ._run import _finish, _forward_signals, _Rendezvous, _say, free_port, host_address, rank_signal
 from ._tcp import route_address
 
-_STOP_WAIT_S = _agent.GRACE_S + 7  # an agent's own stop, plus the ssh round trip
+_SSH_SLACK_S = 7.0  # an agent's stop takes its grace (per signal) plus this: the ssh round trip, the reports
 
 
 class _Agent:
@@ -106,37 +108,48 @@ def run_ssh(args, nodes, argv, env, why) -> int:
          f"({', '.join(f'{n.label}:{len(r)}' for n, r in used)}), rendezvous {addr}")
     events: queue.Queue = queue.Queue()
     agents = []
+    # torch's store: rank 0 listens on the first node (the port is one free here: the best guess there is)
+    torch = {"MASTER_ADDR": host_address(used[0][0].host), "MASTER_PORT": str(free_port())}
     for k, (node, ranks) in enumerate(used):
         spec = {"ranks": ranks, "world_size": world, "argv": argv, "node_rank": k, "nnodes": len(used),
                 "host": node.label, "prefix": args.prefix, "log_dir": args.log_dir, "secret": rdv.secret,
-                "env": {**env, **rdv.env, "UNICCL_BOOTSTRAP": "tcp"}}
+                "grace": args.grace, "env": {**torch, **env, **rdv.env, "UNICCL_BOOTSTRAP": "tcp"}}
         agent = _Agent(node, ranks, _ssh.ssh_argv(node, [node.python or "python3", "-m", "uniccl._agent"],
                                                    env=env), events)
         agent.send(json.dumps(spec) + "\n")
         agents.append(agent)
     caught: list = []
-    stop = threading.Event()
-    old = _forward_signals(lambda sig, _f: (caught.append(sig), stop.set(), events.put((None, None))))
+    old = _forward_signals(lambda sig, _f: (caught.append(sig), events.put((None, rank_signal(sig)))))
     try:
-        state, failure = _watch(agents, events, stop, args.timeout, world)
+        state, failure = _watch(agents, events, args.timeout, world, args.grace)
     finally:
-        _stop_all(agents)
+        _stop_all(agents, args.grace)
         for sig, h in old.items():
             signal.signal(sig, h)
     return _finish(state, failure, args.timeout, caught)
 
 
-def _watch(agents, events, stop, timeout, world):
+def _watch(agents, events, timeout, world, grace=_agent.GRACE_S):
     deadline = time.monotonic() + timeout if timeout else None
     finished = 0
+    stopping = False
     while True:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             agent, status = events.get(timeout=wait)
         except queue.Empty:
-            return "timeout", None
-        if stop.is_set():
-            return "stopped", None
+            return ("stopped" if stopping else "timeout"), None
+        if agent is None:  # a signal here: every agent sends it to its ranks, and escalates as ours would
+            for a in agents:
+                a.send(f"signal {signal.Signals(status).name}\n")
+            if not stopping:
+                stopping = True
+                deadline = time.monotonic() + 2 * grace + _SSH_SLACK_S  # SIGINT, SIGTERM, then SIGKILL
+            continue
+        if stopping:  # wait for the agents to report their ranks gone; failures now are the stop's doing
+            if all(a.proc.poll() is not None or a.status is not None for a in agents):
+                return "stopped", None
+            continue
         state = status.get("state")
         if state == "failed":
             _agent.failure_report(status["failure"], world)
@@ -149,11 +162,12 @@ def _watch(agents, events, stop, timeout, world):
             return state, None
 
 
-def _stop_all(agents) -> None:
+def _stop_all(agents, grace: float = _agent.GRACE_S) -> None:
     """Ask every agent to stop its ranks; kill the ssh processes that do not end in time."""
     for agent in agents:
-        agent.send("stop\n")
-    deadline = time.monotonic() + _STOP_WAIT_S
+        if agent.proc.poll() is None and agent.status is None:
+            agent.send("stop\n")
+    deadline = time.monotonic() + grace + _SSH_SLACK_S
     for agent in agents:
         try:
             agent.proc.wait(max(0.1, deadline - time.monotonic()))

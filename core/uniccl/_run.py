@@ -13,17 +13,28 @@ Launchers:
 
 The first rank that fails stops the job: the launcher names the rank, host and
 exit code or signal, prints its last lines, and exits with its status.
+
+Signals, as mpiexec and torchrun do: Ctrl-C (SIGINT) reaches every rank as SIGINT; a second
+Ctrl-C, or ``--grace`` seconds (default 10) with a rank still alive, sends SIGTERM, and the
+same again SIGKILL.  SIGTERM or SIGHUP to the launcher starts at SIGTERM.  ``--timeout``
+sends SIGTERM too, so ranks with ``UNICCL_TRACE`` or ``UNICCL_DUMP_DIR`` write their files.
+
+Every rank also gets torch's names (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``): ``init_process_group`` with its
+default ``env://`` works under ``uniccl run``; ``-x`` overrides any of them.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import collections
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-import threading
+import time
 
 from . import _agent
 from ._errors import InvalidArgument, UnicclError
@@ -42,7 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync", action="store_true", help="copy the current project to each node first (rsync over ssh)")
     p.add_argument("--build", action="store_true", help="install uniccl into a per-node virtual environment first")
     p.add_argument("--project", default=".", help="the project folder --sync and --build use (default: .)")
-    p.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds (exit 124)")
+    p.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds (exit 124): "
+                   "SIGTERM, then SIGKILL after the grace")
+    p.add_argument("--grace", type=float, default=_agent.GRACE_S, metavar="S",
+                   help=f"seconds between SIGINT, SIGTERM and SIGKILL when stopping the ranks (default "
+                   f"{_agent.GRACE_S:g})")
     p.add_argument("--log-dir", help="also write one log file per rank into this folder")
     p.add_argument("--no-prefix", dest="prefix", action="store_false", help="do not prefix output lines by [rank]")
     p.add_argument("-x", "--env", action="append", default=[], metavar="K=V|K",
@@ -68,6 +83,26 @@ def _user_env(items: list[str]) -> dict:
             raise InvalidArgument(f"not an environment variable name: {key!r}", op="run", argument="--env")
         env[key] = value if sep else os.environ.get(key, "")
     return env
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for torch's TCPStore, which rank 0 listens on)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def torch_env(addr: str, port: int | None = None) -> dict:
+    """torch's rendezvous names (init_process_group's default env://): rank 0 hosts its store."""
+    return {"MASTER_ADDR": addr, "MASTER_PORT": str(port or free_port())}
+
+
+def host_address(host: str) -> str:
+    """``host``'s IPv4 address as this host resolves it (the name itself if it does not)."""
+    try:
+        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+    except (OSError, IndexError):
+        return host
 
 
 def _say(msg: str) -> None:
@@ -107,6 +142,8 @@ def main(args) -> int:
         launcher, why = pick_launcher(args, nodes)
         if args.n is not None and args.n < 1:
             raise InvalidArgument(f"must be >= 1, got {args.n}", op="run", argument="-n")
+        if not args.grace >= 0:
+            raise InvalidArgument(f"must be >= 0 seconds, got {args.grace:g}", op="run", argument="--grace")
         env = _user_env(args.env)
         if "UNICCL_STATUS_DIR" not in env and "UNICCL_STATUS_DIR" not in os.environ:
             from ._status import new_job_dir
@@ -115,10 +152,14 @@ def main(args) -> int:
         if args.platforms:
             env["UNICCL_PLATFORMS"] = args.platforms
         argv = [args.program, *args.args]
+        note = _agent.python_note(argv) if launcher != "ssh" else None  # (over ssh each node's agent says it)
+        if note:
+            _say(note)
         if launcher == "local":
             n = args.n or 1
             _say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
-            return run_local(n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir)
+            return run_local(n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir,
+                             grace=args.grace)
         if launcher == "mpi":
             return run_mpi(args, nodes, argv, env, why)
         if launcher == "slurm":
@@ -153,15 +194,26 @@ def _forward_signals(handler) -> dict:
     return old
 
 
-def run_local(n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None) -> int:
+def rank_signal(sig: int) -> int:
+    """What the ranks get for a signal to the launcher: Ctrl-C stays SIGINT, the rest SIGTERM."""
+    return signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM
+
+
+def run_local(n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None,
+              grace=_agent.GRACE_S) -> int:
     rdv = _Rendezvous("127.0.0.1", (timeout or 3600) + 60)
-    job = _agent.NodeJob(list(range(n)), n, argv, {**env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
-                         prefix=prefix, log_dir=log_dir)
-    stop = threading.Event()
+    job = _agent.NodeJob(list(range(n)), n, argv,
+                         {**torch_env("127.0.0.1"), **env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
+                         prefix=prefix, log_dir=log_dir, grace=grace, say=_say)
     caught = []
-    old = _forward_signals(lambda sig, _f: (caught.append(sig), stop.set()))
+
+    def on_signal(sig, _frame):
+        caught.append(sig)
+        job.request_stop(rank_signal(sig))  # the job's loop sends it and escalates
+
+    old = _forward_signals(on_signal)
     try:
-        state = job.run(timeout, stop, on_failure=lambda f: _agent.failure_report(f, n))
+        state = job.run(timeout, on_failure=lambda f: _agent.failure_report(f, n))
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
@@ -233,12 +285,13 @@ def run_mpi(args, nodes, argv, env, why) -> int:
     flavour = mpiexec_flavour(exe)
     n = args.n or (sum(nd.slots for nd in nodes) if nodes else 1)
     hosts = ",".join(f"{nd.host}:{nd.slots}" for nd in nodes) if nodes and not args.hostfile else None
+    env = {**torch_env(host_address(nodes[0].host) if nodes else "127.0.0.1"), **env}  # rank 0: the first host
     cmd = mpi_command(exe, flavour, n, argv, env, hosts=hosts, hostfile=args.hostfile,
                       oversubscribe=args.oversubscribe, prefix=args.prefix)
     _say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
     before = _mpi_segments()
     try:
-        return _run_child(cmd, args.timeout)
+        return _run_child(cmd, args.timeout, args.grace)
     finally:
         _remove_orphan_segments(_mpi_segments() - before)
 
@@ -278,39 +331,69 @@ def _unlink(path: str) -> bool:
         return False
 
 
-def _run_child(cmd, timeout) -> int:
-    """Run a launcher (mpiexec, srun) in its own process group; forward signals; time out."""
+def _run_child(cmd, timeout, grace=_agent.GRACE_S) -> int:
+    """Run a launcher (mpiexec, srun) in its own process group; forward signals; time out.
+
+    A signal goes to the launcher process alone, which passes it to every rank (our wrapper
+    under it forwards SIGINT as SIGINT); each further one, or ``grace`` seconds, sends the
+    next of SIGTERM and SIGKILL to its whole process group (itself and the wrappers)."""
     proc = subprocess.Popen(cmd, start_new_session=True)
     caught = []
+    requests: collections.deque = collections.deque()
 
     def forward(sig, _frame):
         caught.append(sig)
-        _agent._killpg(proc.pid, sig)
-        # a launcher that ignores it (mpiexec waiting on a stuck rank) is killed after the grace
-        timer = threading.Timer(_agent.GRACE_S, _agent._killpg, (proc.pid, signal.SIGKILL))
-        timer.daemon = True
-        timer.start()
+        requests.append(rank_signal(sig))
 
     old = _forward_signals(forward)
+    deadline = time.monotonic() + timeout if timeout else None
+    level, step_end, timed_out = -1, 0.0, False
+
+    def step(to: int) -> None:
+        nonlocal level, step_end
+        first, level = level < 0, min(to, len(_agent.LADDER) - 1)
+        sig = _agent.LADDER[level]
+        if first and sig == signal.SIGINT:
+            _signal_one(proc.pid, sig)  # Ctrl-C: the launcher passes it to every rank, as from a terminal
+        else:
+            if not (first and timed_out):
+                _say(f"sending {sig.name} to {os.path.basename(cmd[0])} and its processes")
+            _agent._killpg(proc.pid, sig)
+        step_end = time.monotonic() + grace
+
     try:
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _say(f"timeout: the job did not finish within {timeout:g} s; stopping it")
-            _agent._killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(_agent.GRACE_S)
-            except subprocess.TimeoutExpired:
-                _agent._killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return TIMEOUT_STATUS
+        while proc.poll() is None:
+            while requests:
+                want = _agent.LADDER.index(requests.popleft())
+                step(want if level < 0 else max(want, level + 1))
+            if level < 0 and deadline is not None and time.monotonic() > deadline:
+                _say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM (SIGKILL "
+                     f"{grace:g} s later)")
+                timed_out = True
+                step(1)
+            elif 0 <= level < len(_agent.LADDER) - 1 and time.monotonic() > step_end:
+                step(level + 1)
+            time.sleep(0.05)
+        code = proc.wait()
     finally:
+        if proc.poll() is None:  # an exception here: nothing may outlive the launcher
+            _agent._killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         for sig, h in old.items():
             signal.signal(sig, h)
+    if timed_out:
+        return TIMEOUT_STATUS
     if caught:
         _say(f"stopped by {signal.Signals(caught[0]).name}")
         return 128 + int(caught[0])
     return _agent.exit_status(code)
+
+
+def _signal_one(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 # ------------------------------------------------------------------ slurm
@@ -328,8 +411,21 @@ def run_slurm(args, argv, env, why) -> int:
     addr = args.rendezvous_addr or route_address(socket.gethostname())
     rdv = _Rendezvous(addr, (args.timeout or 3600) + 60)
     # srun copies this environment to every task (--export=ALL): the secret stays off command lines
-    os.environ.update(env, **rdv.env, UNICCL_JOB_SECRET=rdv.secret, UNICCL_BOOTSTRAP="tcp",
-                      UNICCL_PREFIX="1" if args.prefix else "0")
+    os.environ.update({**torch_env(_slurm_first_node() or addr), **env}, **rdv.env, UNICCL_JOB_SECRET=rdv.secret,
+                      UNICCL_BOOTSTRAP="tcp", UNICCL_PREFIX="1" if args.prefix else "0")
     _say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
-    return _run_child(slurm_command(n, argv, args.prefix), args.timeout)
+    return _run_child(slurm_command(n, argv, args.prefix), args.timeout, args.grace)
+
+
+def _slurm_first_node() -> str | None:
+    """The address of the allocation's first node (where srun starts rank 0), or None."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist or not shutil.which("scontrol"):
+        return None
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return host_address(out[0]) if out else None
 

@@ -7,7 +7,9 @@ in microseconds; each file records the rank's clock offset from rank 0, measured
 first communicator is made (a ping-pong with rank 0, the exchange of least round trip
 kept), which ``uniccl trace merge DIR`` subtracts to put every rank on one timeline.
 
-Files are written when the process exits (and by :func:`flush`):
+Files are written when the process exits (and by :func:`flush`), also when SIGTERM (the
+launcher's stop or ``--timeout``) or Ctrl-C ends it, with a span marked ``unfinished`` for
+each call still running then (:func:`uniccl._flight.arm_signal_dumps`):
 ``DIR/uniccl-trace-r<rank>.json``, and the communicators' :meth:`stats` beside them as
 ``DIR/uniccl-stats-r<rank>.json``, which ``uniccl report`` reads too.
 """
@@ -62,7 +64,8 @@ class Tracer:
                    "args": {"name": f"rank {self.rank} ({socket.gethostname()}, pid {os.getpid()})"}},
                   {"ph": "M", "name": "process_sort_index", "pid": self.rank, "tid": 0,
                    "args": {"sort_index": self.rank}}]
-        for track, tid in sorted(self._tids.items(), key=lambda kv: kv[1]):
+        # (copies: this may run on the signal watcher's thread while the program adds to them)
+        for track, tid in sorted(dict(self._tids).items(), key=lambda kv: kv[1]):
             events.append({"ph": "M", "name": "thread_name", "pid": self.rank, "tid": tid, "args": {"name": track}})
         for name, tid, t0, t1, args in list(self.events):
             events.append({"ph": "X", "name": name, "cat": "uniccl", "pid": self.rank, "tid": tid,

@@ -20,7 +20,10 @@ def main(argv=None) -> int:
     from . import _bench
     from . import _doctor, _examples, _report, _run, _top, _trace
 
+    from ._version import __version__
+
     parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
+    parser.add_argument("--version", action="version", version=f"uniccl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="plugins, their state and why; the chosen platform; MPI")
     p.add_argument("--json", action="store_true", help="machine-readable output")
