@@ -331,19 +331,21 @@ def _unlink(path: str) -> bool:
         return False
 
 
-def _run_child(cmd, timeout, grace=_agent.GRACE_S) -> int:
+def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> int:
     """Run a launcher (mpiexec, srun) in its own process group; forward signals; time out.
 
     A signal goes to the launcher process alone, which passes it to every rank (our wrapper
     under it forwards SIGINT as SIGINT); each further one, or ``grace`` seconds, sends the
-    next of SIGTERM and SIGKILL to its whole process group (itself and the wrappers)."""
+    next of SIGTERM and SIGKILL to its whole process group (itself and the wrappers).
+    ``interrupt_whole_job=False`` (srun: one SIGINT only makes it report its tasks, two end
+    them at once): Ctrl-C starts at SIGTERM, which srun passes on to every task."""
     proc = subprocess.Popen(cmd, start_new_session=True)
     caught = []
     requests: collections.deque = collections.deque()
 
     def forward(sig, _frame):
         caught.append(sig)
-        requests.append(rank_signal(sig))
+        requests.append(rank_signal(sig) if interrupt_whole_job else signal.SIGTERM)
 
     old = _forward_signals(forward)
     deadline = time.monotonic() + timeout if timeout else None
@@ -353,8 +355,8 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S) -> int:
         nonlocal level, step_end
         first, level = level < 0, min(to, len(_agent.LADDER) - 1)
         sig = _agent.LADDER[level]
-        if first and sig == signal.SIGINT:
-            _signal_one(proc.pid, sig)  # Ctrl-C: the launcher passes it to every rank, as from a terminal
+        if first and (sig == signal.SIGINT or not interrupt_whole_job):
+            _signal_one(proc.pid, sig)  # the launcher passes it to every rank, as from a terminal
         else:
             if not (first and timed_out):
                 _say(f"sending {sig.name} to {os.path.basename(cmd[0])} and its processes")
@@ -414,7 +416,7 @@ def run_slurm(args, argv, env, why) -> int:
     os.environ.update({**torch_env(_slurm_first_node() or addr), **env}, **rdv.env, UNICCL_JOB_SECRET=rdv.secret,
                       UNICCL_BOOTSTRAP="tcp", UNICCL_PREFIX="1" if args.prefix else "0")
     _say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
-    return _run_child(slurm_command(n, argv, args.prefix), args.timeout, args.grace)
+    return _run_child(slurm_command(n, argv, args.prefix), args.timeout, args.grace, interrupt_whole_job=False)
 
 
 def _slurm_first_node() -> str | None:
