@@ -185,6 +185,7 @@ class Communicator:
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
         self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
+        _fl.arm_signal_dumps()  # UNICCL_TRACE / UNICCL_DUMP_DIR: SIGTERM and Ctrl-C still leave the files
         self._telemetry = _tel.Telemetry(self.size) if _tel.enabled() else None  # UNICCL_TELEMETRY
         _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus (a warning now if it cannot be served)
         _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
