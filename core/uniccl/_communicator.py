@@ -515,7 +515,7 @@ class Communicator:
         if self._engine is not None:
             self._engine.set_timeout(timeout)
         set_timeout = getattr(self._t, "set_timeout", None)
-        if set_timeout is not None:  # MPI calls cannot time out: see docs/reliability.md
+        if set_timeout is not None:  # (TCP and MPI; an MPI wait with a limit polls: see _mpi)
             set_timeout(timeout)
         self._timeout_set = timeout
 

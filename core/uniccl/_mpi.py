@@ -7,8 +7,11 @@ everywhere (MPICH wheel by default, Open MPI when that is installed).
 from __future__ import annotations
 
 import functools
+import os
+import socket
+import time
 
-from ._errors import InternalError, InvalidArgument
+from ._errors import InternalError, InvalidArgument, Timeout
 
 _RECORD = 64  # bytes of one rank's record of a call (Communicator._run_announced)
 
@@ -80,6 +83,60 @@ class MPITransport:
         self.active = False  # a call is announced
         self._unsettled = False  # ... and its records are still on the way
         self._recvs = []  # that call's data receives (cancelled if it is judged mismatched)
+        self._timeout = 0.0  # seconds a wait may take (0: forever); the communicator sets it
+        # (host, pid) of every rank: a timed-out wait says which peer of this host is stopped
+        self._where = self.ctrl.allgather((socket.gethostname(), os.getpid()))
+
+    def set_timeout(self, seconds: float) -> None:
+        """Seconds each later wait may take (0: forever).  MPI has no timed wait: a wait with a
+        limit polls its requests (MPI_Testall, as MPI_Wait itself polls) against the deadline."""
+        self._timeout = seconds
+
+    def _block(self, reqs, peer: int = -1) -> None:
+        """MPI_Waitall, bounded by the timeout: a stuck or stopped peer is a Timeout naming it
+        (where this host can tell) instead of a hang."""
+        MPI = self.MPI
+        if not self._timeout:
+            MPI.Request.Waitall(reqs)
+            return
+        if MPI.Request.Testall(reqs):
+            return
+        deadline = time.monotonic() + self._timeout
+        spins = 0
+        while not MPI.Request.Testall(reqs):
+            if time.monotonic() > deadline:
+                raise Timeout(f"rank {self.rank} timed out after {self._timeout:g} s waiting for "
+                              f"{self._whom(peer)}", rank=self.rank,
+                              missing_ranks=[peer] if peer >= 0 else self._stopped())
+            spins += 1
+            if spins > 64:
+                os.sched_yield()  # the peer may need this core (oversubscribed hosts)
+
+    def _stopped(self) -> list:
+        """Ranks of this host whose process is stopped (state T in /proc: SIGSTOP, a debugger)."""
+        here = socket.gethostname()
+        out = []
+        for r, (host, pid) in enumerate(self._where):
+            if r != self.rank and host == here:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    continue
+                if state in ("T", "t"):
+                    out.append(r)
+        return out
+
+    def _whom(self, peer: int) -> str:
+        stopped = self._stopped()
+        if peer >= 0:
+            host, pid = self._where[peer]
+            what = f"rank {peer} ({host}, pid {pid})"
+            return what + (" -- it is stopped (SIGSTOP or a debugger)" if peer in stopped else "")
+        if stopped:
+            return "its peers: " + ", ".join(f"rank {r} (pid {self._where[r][1]}) is stopped (SIGSTOP or a "
+                                               "debugger)" for r in stopped)
+        return "its peers (over MPI; none of this host's is stopped)"
 
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
         buf = self._frombuf(ptr, nbytes, readonly=True)
@@ -95,18 +152,24 @@ class MPITransport:
     def wait(self, req) -> None:
         if self._unsettled:
             self._settle()  # no peer's data is used before every record matched
-        req.Wait()
+        if self._timeout:
+            self._block([req])
+        else:
+            req.Wait()
 
     def waitall(self, reqs) -> None:
         if self._unsettled:
             self._settle()
         if reqs:
-            self.MPI.Request.Waitall(reqs)
+            self._block(reqs)
 
     def finish_p2p(self, req, peer: int, nbytes: int, op: str, rank: int) -> None:
         """Wait for a user send/recv; a message longer than the receive buffer is a typed error."""
         try:
-            req.Wait()
+            if self._timeout:
+                self._block([req], peer)
+            else:
+                req.Wait()
         except self.MPI.Exception as exc:
             if exc.Get_error_class() == self.MPI.ERR_TRUNCATE:
                 raise InvalidArgument(f"message from rank {peer} is longer than the receive buffer "
@@ -133,7 +196,7 @@ class MPITransport:
 
     def _settle(self) -> None:
         self._unsettled = False
-        self.MPI.Request.Waitall(self._rec_reqs)
+        self._block(self._rec_reqs)
         expected = self._expected.get(self._own)
         if expected is None:
             if len(self._expected) >= 256:
