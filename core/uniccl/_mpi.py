@@ -103,14 +103,17 @@ class MPITransport:
             return
         deadline = time.monotonic() + self._timeout
         spins = 0
-        while not MPI.Request.Testall(reqs):
+        test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
+        while not test():
+            spins += 1
+            if spins < 32:
+                continue
             if time.monotonic() > deadline:
                 raise Timeout(f"rank {self.rank} timed out after {self._timeout:g} s waiting for "
                               f"{self._whom(peer)}", rank=self.rank,
                               missing_ranks=[peer] if peer >= 0 else self._stopped())
-            spins += 1
-            if spins > 64:
-                os.sched_yield()  # the peer may need this core (oversubscribed hosts)
+            # past a short spin, let the peer have the core (an oversubscribed host needs it)
+            os.sched_yield()
 
     def _stopped(self) -> list:
         """Ranks of this host whose process is stopped (state T in /proc: SIGSTOP, a debugger)."""
