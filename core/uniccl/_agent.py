@@ -53,6 +53,63 @@ def _die_with_parent() -> None:
         pass
 
 
+# The reaper: a small process of its own session that outlives a launcher killed by SIGKILL
+# (no cleanup of ours runs then).  PR_SET_PDEATHSIG kills each rank, but not the processes a
+# rank started (a data loader, a shell's children): they stay in the rank's process group, and
+# the reaper SIGKILLs those groups once its stdin -- a pipe only the launcher holds -- closes
+# without "done".  It reads one process-group id per line.
+_REAPER = r"""
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line == "done":
+        sys.exit(0)
+    if line.isdigit():
+        groups.add(int(line))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Reaper:
+    """The launcher's end of the reaper: ``add`` a rank's process group, ``done`` at a normal end."""
+
+    def __init__(self):
+        self.proc = None
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, text=True)
+        except OSError:
+            pass  # no reaper: the ranks still die with us (PR_SET_PDEATHSIG), their children may not
+
+    def add(self, pgid: int) -> None:
+        self._send(f"{pgid}\n")
+
+    def done(self) -> None:
+        """Every rank's group was stopped by us: the reaper leaves without killing anything."""
+        self._send("done\n")
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self.proc = None
+
+    def _send(self, text: str) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.stdin.write(text)
+                self.proc.stdin.flush()
+            except OSError:
+                self.proc = None
+
+
 def program_argv(argv: list[str], python: str | None = None) -> list[str]:
     """A ``.py`` program, or ``python``/``python3`` by its bare name, runs under this (or the
     node's) interpreter: the one uniccl is installed in, not whatever ``python`` is first on PATH."""
@@ -123,6 +180,7 @@ class NodeJob:
         self._write_lock = threading.Lock()
         self.procs: list[_Rank] = []
         self.failure: dict | None = None
+        self._reaper = None  # started with the first rank
 
     def start(self) -> None:
         if self.log_dir:
@@ -150,6 +208,9 @@ class NodeJob:
                 self.failure = self._record(rank, None, f"could not start {self.argv[0]!r}: {exc}", 127)
                 self.stop(grace=self.grace)
                 return
+            if self._reaper is None:
+                self._reaper = _Reaper()
+            self._reaper.add(proc.pid)  # its own session: pid == process group id
             r = _Rank(rank, proc, log)
             r.pump = threading.Thread(target=self._pump, args=(r,), daemon=True, name=f"uniccl-out-{rank}")
             r.pump.start()
@@ -219,6 +280,9 @@ class NodeJob:
             r.pump.join(2.0)
             if r.log:
                 r.log.close()
+        if self._reaper is not None:  # every group was SIGKILLed above: nothing left to reap
+            self._reaper.done()
+            self._reaper = None
 
     def run(self, timeout: float | None = None, stop_event: threading.Event | None = None,
             on_failure=None) -> str:
