@@ -79,3 +79,12 @@ def check_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict
     res = run_ranks(n, script, *args, timeout=timeout, env=env)
     assert res.returncode == 0, f"exit {res.returncode}:\n{res.stdout[-6000:]}"
     return res.stdout
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _launch import rank_counts
+from _launch import pid_alive, rank_counts
 from uniccl import _examples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,17 +88,9 @@ def test_sleeping_example_is_timeout_and_killed(tmp_path):
     deadline = time.monotonic() + 10
     alive = started
     while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if pid_alive(pid)]
         time.sleep(0.1)
     assert not alive, f"ranks {alive} still running after TIMEOUT"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def test_missing_dir_and_no_match_are_errors(tmp_path):

@@ -8,15 +8,7 @@ import subprocess
 import sys
 import time
 
-from _launch import WORKERS
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+from _launch import WORKERS, pid_alive
 
 
 def test_sigkill_to_the_launcher_ends_the_ranks_and_their_children():
@@ -32,13 +24,13 @@ def test_sigkill_to_the_launcher_ends_the_ranks_and_their_children():
             if m:
                 pids += [int(m.group(1)), int(m.group(2))]
         assert len(pids) == 4, pids
-        assert all(alive(p) for p in pids)
+        assert all(pid_alive(p) for p in pids)
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(10)
         end = time.monotonic() + 10
-        while any(alive(p) for p in pids) and time.monotonic() < end:
+        while any(pid_alive(p) for p in pids) and time.monotonic() < end:
             time.sleep(0.05)
-        assert not [p for p in pids if alive(p)], [(p, alive(p)) for p in pids]
+        assert not [p for p in pids if pid_alive(p)], [(p, pid_alive(p)) for p in pids]
     finally:
         for p in pids:
             try:

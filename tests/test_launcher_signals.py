@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from _launch import pid_alive
 from _netns import netns_cluster  # noqa: F401  (the fixture: real sshd hosts in network namespaces)
 
 UNICCL = [sys.executable, "-m", "uniccl"]
@@ -147,17 +148,6 @@ def _worker(tmp_path: Path) -> tuple[Path, Path]:
     return script, out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 def _pids(out: Path, n: int) -> list[int]:
     return [int((out / f"{r}.ready").read_text()) for r in range(n)]
 
@@ -212,7 +202,7 @@ def test_a_rank_that_ignores_ctrl_c_gets_sigterm_then_sigkill_after_the_grace(tm
     took = time.monotonic() - t0
     assert code == 128 + signal.SIGINT, job.text()
     assert (out / "0.sigterm").exists(), job.text()  # rank 0: SIGINT ignored, then SIGTERM came
-    assert not any(_alive(p) for p in pids)  # rank 1 ignored both: SIGKILL
+    assert not any(pid_alive(p) for p in pids)  # rank 1 ignored both: SIGKILL
     err = "".join(job.stderr)
     assert f"still running {grace:g} s after SIGINT: sent SIGTERM to ranks 0, 1" in err, err
     # (rank 0 exits at its SIGTERM; on a loaded machine it may not be gone before the grace ends)
@@ -229,13 +219,13 @@ def test_a_second_ctrl_c_sends_sigterm_at_once(tmp_path):
     job.signal(signal.SIGINT)
     job.wait_said("SIGINT: sent SIGINT to ranks 0, 1 (again, or 600 s later: SIGTERM)")
     job.signal(signal.SIGINT)
-    job.wait_for(lambda: (out / "0.sigterm").exists() and not _alive(pids[0]), timeout=END_S)
+    job.wait_for(lambda: (out / "0.sigterm").exists() and not pid_alive(pids[0]), timeout=END_S)
     job.wait_said("SIGINT again: sent SIGTERM to ranks 0, 1")
     job.signal(signal.SIGINT)  # a third: SIGKILL for rank 1, which ignores SIGTERM
     code = job.finish()
     assert code == 128 + signal.SIGINT, job.text()
     assert "SIGINT again: sent SIGKILL to rank 1" in "".join(job.stderr), job.text()
-    assert not any(_alive(p) for p in pids)
+    assert not any(pid_alive(p) for p in pids)
 
 
 def test_ctrl_c_under_the_mpi_launcher_reaches_every_rank_as_keyboard_interrupt(tmp_path):
@@ -250,7 +240,7 @@ def test_ctrl_c_under_the_mpi_launcher_reaches_every_rank_as_keyboard_interrupt(
     assert code == 128 + signal.SIGINT, job.text()
     for r in range(n):  # mpiexec passed it to our wrapper, which passed SIGINT (not SIGTERM) to its rank
         assert (out / f"{r}.keyboardinterrupt").exists() and (out / f"{r}.finally").exists(), (r, job.text())
-    assert not any(_alive(p) for p in _pids(out, n))
+    assert not any(pid_alive(p) for p in _pids(out, n))
 
 
 def test_ctrl_c_over_ssh_reaches_every_rank_on_every_node(netns_cluster, tmp_path):  # noqa: F811
@@ -333,7 +323,7 @@ def test_timeout_leaves_trace_and_flight_recorder_of_every_rank(tmp_path):
     err = "".join(job.stderr)
     assert f"did not finish within {timeout:g} s; sending SIGTERM to every rank" in err, err
     assert "sent SIGKILL" not in err and "still running" not in err, err
-    assert not any(_alive(p) for p in _pids(out, 2))
+    assert not any(pid_alive(p) for p in _pids(out, 2))
     _check_files(tmp_path, 2, "SIGTERM")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _launch import WORKERS, rank_counts
+from _launch import WORKERS, pid_alive, rank_counts
 from uniccl import _agent, _run
 
 PROBE = str(WORKERS / "run_probe.py")
@@ -34,17 +34,6 @@ def probes(stdout: str) -> list[dict]:
         if rest.startswith("{"):
             rows.append(json.loads(rest))
     return sorted(rows, key=lambda r: r["rank"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _our_segments() -> list[str]:
@@ -86,7 +75,7 @@ def test_first_failure_stops_the_job(tmp_path):
     assert f"rank 2 on host {socket.gethostname()}" in res.stderr and "exited with code 3" in res.stderr
     assert "rank 2: last words before exit 3" in res.stderr  # the report quotes its last lines
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
-    assert len(pids) == 4 and not any(_alive(p) for p in pids)
+    assert len(pids) == 4 and not any(pid_alive(p) for p in pids)
 
 
 def test_kill_9_of_a_rank(tmp_path):
@@ -96,7 +85,7 @@ def test_kill_9_of_a_rank(tmp_path):
     assert res.seconds < 10
     assert "rank 1 on host" in res.stderr and "killed by SIGKILL" in res.stderr
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
-    assert len(pids) == 3 and not any(_alive(p) for p in pids)
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
     assert _our_segments() == before
 
 
@@ -105,7 +94,7 @@ def test_timeout_and_log_dir(tmp_path):
     assert res.returncode == _run.TIMEOUT_STATUS, res.stdout + res.stderr
     assert "did not finish within 2 s" in res.stderr
     assert all((tmp_path / "logs" / f"rank-{r}.log").read_text() == "sleeping\n" for r in range(2))
-    assert not any(_alive(int(p.read_text())) for p in tmp_path.glob("*.pid"))
+    assert not any(pid_alive(int(p.read_text())) for p in tmp_path.glob("*.pid"))
 
 
 def test_sigterm_is_forwarded(tmp_path):
@@ -119,7 +108,7 @@ def test_sigterm_is_forwarded(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "stopped by SIGTERM" in err
-    assert not any(_alive(int(p.read_text())) for p in tmp_path.glob("*.pid"))
+    assert not any(pid_alive(int(p.read_text())) for p in tmp_path.glob("*.pid"))
 
 
 def test_bad_arguments_are_named():
@@ -171,5 +160,5 @@ def test_kill_9_under_the_mpi_launcher(tmp_path):
     assert "rank 1 on host" in res.stderr and "killed by SIGKILL" in res.stderr
     time.sleep(0.5)
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
-    assert len(pids) == 3 and not any(_alive(p) for p in pids)
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
     assert set(os.listdir("/dev/shm")) - before == set()

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,8 +76,13 @@ def test_api_surface_matches_gloo_and_numpy(n, tmp_path):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_ddp_training_ends_where_gloo_does(n, tmp_path):
+    """examples/torch/ddp.py under uniccl run (torch's env:// from the launcher's variables)."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "torch" / "ddp.py"
     for backend in ("gloo", "uniccl"):
-        run("ddp", backend, n, tmp_path / backend)
+        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), "python",
+                              str(example), "--backend", backend, "--out", str(tmp_path / backend)],
+                             capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     gloo = torch.load(tmp_path / "gloo-0.pt")
     mine0 = torch.load(tmp_path / "uniccl-0.pt")
     for r in range(n):

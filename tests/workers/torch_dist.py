@@ -1,9 +1,7 @@
-"""torch.distributed through a backend: the collective API surface, or a DDP training run.
-usage: torch_dist.py api|ddp BACKEND PORT OUT   (under uniccl run: UNICCL_RANK, UNICCL_WORLD_SIZE)
+"""torch.distributed through a backend: the collective API surface (DDP training is
+examples/torch/ddp.py).  usage: torch_dist.py api BACKEND PORT OUT   (under uniccl run)
 
-api  every collective with inputs made from the rank; OUT-<rank>.json: name -> result values
-ddp  a small MLP, fixed seed, 20 SGD steps on rank-specific data, float64 and float32;
-     OUT-<rank>.pt: the final parameters
+Every collective with inputs made from the rank; OUT-<rank>.json: name -> result values.
 """
 import json
 import os
@@ -177,37 +175,8 @@ def api() -> dict:
     return res
 
 
-def ddp() -> dict:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    final = {}
-    for dtype in (torch.float64, torch.float32):
-        torch.manual_seed(1234)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).to(dtype)
-        if rank == 0:  # ranks start different: DDP's first broadcast must make them equal
-            pass
-        else:
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(0.5 * rank)
-        net = DDP(model)
-        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        gen = torch.Generator().manual_seed(100 + rank)
-        for _ in range(20):
-            x = torch.randn(8, 16, generator=gen, dtype=dtype)
-            y = torch.randn(8, 4, generator=gen, dtype=dtype)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(net(x), y).backward()
-            opt.step()
-        final[str(dtype)] = [p.detach().clone() for p in model.parameters()]
-    return final
-
-
-if mode == "api":
-    result = api()
-    with open(f"{out}-{rank}.json", "w") as f:
-        json.dump(result, f)
-else:
-    torch.save(ddp(), f"{out}-{rank}.pt")
+result = api()
+with open(f"{out}-{rank}.json", "w") as f:
+    json.dump(result, f)
 dist.barrier()
 dist.destroy_process_group()
