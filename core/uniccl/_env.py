@@ -29,6 +29,9 @@ KINDS = ("bool", "int", "float", "size", "str", "enum", "path", "port", "list")
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 
+#: seconds a call, and a job's set-up, may wait for peers unless told otherwise (the one definition)
+DEFAULT_TIMEOUT = 120.0
+
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"\s*(\d+)\s*([kmgtKMGT]?)(?:i?[bB])?\s*")
 
@@ -172,12 +175,13 @@ VARS: dict[str, Var] = {v.name: v for v in (
        minimum=0),
     _v("UNICCL_HOST_ADDR", "str", None, "address the unique-id rendezvous and TCP ranks advertise",
        expect="a host address"),
-    _v("UNICCL_TIMEOUT", "float", 120.0, "seconds a call may wait for its peers (0: no limit)", minimum=0,
+    _v("UNICCL_TIMEOUT", "float", DEFAULT_TIMEOUT, "seconds a call may wait for its peers (0: no limit)", minimum=0,
        maximum=1e9),
-    _v("UNICCL_INIT_TIMEOUT", "float", 120.0, "seconds the ranks of a `uniccl run` job wait for each other at init",
+    _v("UNICCL_INIT_TIMEOUT", "float", DEFAULT_TIMEOUT, "seconds the ranks of a `uniccl run` job wait for each other at init",
        minimum=0),
     _v("UNICCL_TCP_CHECKSUM", "bool", True, "CRC-32C of every TCP message, with retransmission"),
     _v("UNICCL_TCP_RETAIN_BYTES", "size", 64 << 20, "bytes of sent TCP messages kept for retransmission", minimum=0),
+    _v("UNICCL_TCP_TLS", "bool", False, "TLS 1.3 on every TCP connection of the mesh (pinned ephemeral certificates)"),
     _v("UNICCL_SHM_CHECKSUM", "bool", False, "CRC-32C of every region copied out of a peer's shared-memory slot"),
     _v("UNICCL_SHM_SLOT_BYTES", "size", 1 << 20, "size of each shared-memory slot (two per rank)", minimum=4096,
        maximum=1 << 30, multiple=4096),

@@ -12,7 +12,7 @@ from ._errors import InvalidArgument
 
 #: seconds a call may wait for its peers unless ``timeout=`` or UNICCL_TIMEOUT says otherwise
 #: (0: forever).  Dead peers are detected within seconds regardless; this catches hangs.
-DEFAULT_TIMEOUT = 120.0
+DEFAULT_TIMEOUT = _env.DEFAULT_TIMEOUT
 
 
 def default_timeout() -> float:

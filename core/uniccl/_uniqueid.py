@@ -22,10 +22,10 @@ import struct
 import threading
 import time
 
+from ._env import DEFAULT_TIMEOUT
 from ._errors import InvalidArgument, InvalidUsage, Timeout
 
 UID_BYTES = 128  # as NCCL_UNIQUE_ID_BYTES
-DEFAULT_TIMEOUT = 120.0
 
 
 class UniqueId:
