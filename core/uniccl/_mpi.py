@@ -99,11 +99,13 @@ class MPITransport:
         if not self._timeout:
             MPI.Request.Waitall(reqs)
             return
-        if MPI.Request.Testall(reqs):
+        # one request: its own Test, whose error is the request's (a truncation is ERR_TRUNCATE,
+        # as from Wait; Testall would say ERR_IN_STATUS)
+        test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
+        if test():
             return
         deadline = time.monotonic() + self._timeout
         spins = 0
-        test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
         while not test():
             spins += 1
             if spins < 32:
