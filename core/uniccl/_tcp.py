@@ -3,8 +3,18 @@
 The *mesh* is one authenticated socket per pair of ranks of a job, set up once
 from a rendezvous (:mod:`uniccl._uniqueid`): every rank listens, publishes its
 address, connects to the lower ranks and accepts the higher ones.  A reader
-thread per peer always drains its socket, so a sender blocked in ``sendall``
-always makes progress and ``isend`` can simply send in the caller's thread.
+thread per peer always drains its socket (it never sends: what it must send --
+requests for a copy, the copies, answers to probes -- goes to that peer's sender
+thread), so a sender always makes progress while the peer runs, and ``isend`` can
+simply send in the caller's thread.  A send waits for a peer that takes no data
+(stopped, hung) at most the call's timeout, then raises Timeout naming it; what a
+timed-out send left unsent is kept and goes out first when the peer takes data
+again, so the stream to it is never left with half a message.
+
+``UNICCL_TCP_TLS=1``: every connection is TLS 1.3 (Python's ``ssl`` over memory BIOs)
+between ephemeral self-signed certificates, each rank's published through the
+rendezvous and pinned by its SHA-256 on the other side, and bound to the job secret
+by an HMAC over both fingerprints (see :class:`_TLSIdentity`).
 
 Messages carry (context, tag, length); a receive matches the oldest message of
 its (peer, context, tag), as MPI matches (source, tag, communicator).  Every
@@ -19,10 +29,12 @@ what it sent (``UNICCL_TCP_RETAIN_BYTES`` per peer, default 64 MiB, oldest dropp
 first); a receiver that finds a mismatch asks for that message again and holds what the
 peer sent after it until the copy arrives, so order is kept.  Counters:
 ``Mesh.stats``; after 3 failed copies of one message the communicator fails with a
-typed error.  Fault injection for tests: :mod:`uniccl._faults`.
+typed error.  At exit a rank waits (at most 3 s) until its peers have checked all it sent,
+so that a copy asked for late is still sent.  Fault injection for tests: :mod:`uniccl._faults`.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import hashlib
@@ -35,11 +47,12 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 import numpy as np
 
 from . import _env
-from ._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from ._errors import InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout
 from ._timeout import default_timeout
 
 _HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
@@ -56,6 +69,9 @@ _NACK_TAG = 0xFFFFFFFE  # "message <id> reached me corrupted: send it again"
 _FLUSH_TAG = 0xFFFFFFFD  # "nothing more of the call that failed its agreement follows from me"
 _PROBE_TAG = 0xFFFFFFFC  # "have you begun call <seq> of this communicator?" (asked after a timeout)
 _PROBED_TAG = 0xFFFFFFFB  # the answer: the last call begun there
+_SYNC_TAG = 0xFFFFFFFA  # "answer once all I sent you before this is checked" (asked at exit: see Mesh.linger)
+_SYNCED_TAG = 0xFFFFFFF9  # the answer
+_ASKED = frozenset((_PROBE_TAG, _PROBED_TAG, _SYNC_TAG, _SYNCED_TAG))  # the reader answers or delivers them
 _Q = struct.Struct("<q")
 _MASK = struct.Struct("<Q")  # a stamp's ranks (bit r: rank r's record matched)
 _STAMPED = 8  # flag: the stamp area holds a stamp (the call's record, the ranks matched so far)
@@ -64,6 +80,10 @@ _NO_STAMP = bytes(_STAMP)
 _HEAD = _HDR.size + _STAMP  # every message starts so: one read gets the header and the stamp
 _REC_BASE, _SLOW_BASE = 1 << 28, 1 << 29  # control-context tags of a call's records: base + data tag
 _T = struct.Struct("<I")  # a flush marker's payload: the data tag of the call it ends
+_SLICE_US = 100_000  # a blocked send returns from the kernel after this long (SO_SNDTIMEO) to look at its deadline
+_LAZY = object()  # a send's deadline, computed only if the send has to wait
+_TLS_SLICE = 256 * 1024  # plaintext bytes encrypted at a time (then sent) over TLS
+_SILENT = "does not answer (alive? its process may be stopped or hung)"
 
 
 def _head(ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int, stamp=None) -> bytes:
@@ -80,6 +100,56 @@ def _recv_into(sock, view: memoryview) -> None:
         if not got:
             raise ConnectionError("connection closed")
         view = view[got:]
+
+
+class _Stalled(Exception):
+    """A send's deadline passed while the peer took no data; ``started``: part of the message
+    went out (the rest is owed: it goes out first, whoever sends next)."""
+
+    def __init__(self, started: bool):
+        super().__init__()
+        self.started = started
+
+
+def _push(sock, view, sent: int, deadline, flags: int = 0) -> int:
+    """Send ``view`` from byte ``sent`` on until all of it is out, or ``deadline`` (monotonic;
+    None: none) has passed, or (``flags`` MSG_DONTWAIT) the socket is full: the bytes sent.
+    The socket's SO_SNDTIMEO returns a blocked send every _SLICE_US to look at the clock."""
+    view = memoryview(view)
+    n = len(view)
+    while sent < n:
+        try:
+            sent += sock.send(view[sent:], flags)
+            if sent >= n:
+                break
+        except BlockingIOError:  # nothing could be sent within the slice
+            if flags:
+                break
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    return sent
+
+
+def _proc_state(pid: int, start) -> str:
+    """The state letter of process ``pid`` in /proc ('T': stopped), "" when it is not there or
+    is another process than the one started at ``start`` (clock ticks since boot)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    if start is not None and (len(fields) < 20 or int(fields[19]) != start):
+        return ""
+    return fields[0].decode()
+
+
+def _start_time() -> int | None:
+    """This process's start time in /proc (clock ticks since boot): with the pid, names it."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def host_key() -> str:
@@ -140,17 +210,25 @@ class Mesh:
 
         self.rank, self.size = rank, size
         self.timeout = default_timeout()  # waits outside calls (set-up); calls set their own
+        self.closed = False
+        tls = _TLSIdentity() if _env.flag("UNICCL_TCP_TLS") else None  # before anything is opened
         addr = route_address(uid.host)
         listener = socket.create_server((bind_address(addr), 0), backlog=max(8, size))  # only where peers reach us
-        payload = {"addr": addr, "port": listener.getsockname()[1], "host": host_key(),
-                   "hostname": socket.gethostname(), "pid": os.getpid()}
+        self._host = host_key()
+        payload = {"addr": addr, "port": listener.getsockname()[1], "host": self._host,
+                   "hostname": socket.gethostname(), "pid": os.getpid(), "start": _start_time()}
+        if tls is not None:
+            payload["tls"] = tls.public()
         self.table = rendezvous(uid, rank, size, payload, timeout)
         self.socks: list = [None] * size
+        self._outs: list = [None] * size  # per peer: _Out, the sending side of its connection
         self.send_locks = [threading.Lock() for _ in range(size)]
         try:
-            self._connect(uid.secret, listener, timeout)
+            self._connect(uid.secret, listener, timeout, tls)
         finally:
             listener.close()
+            if tls is not None:
+                tls.discard()
         self._lock = threading.Lock()
         self._posted: dict = {}  # (peer, ctx, tag) -> deque of _Recv
         self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
@@ -180,16 +258,19 @@ class Mesh:
 
         self.faults = from_env(rank)
         self.worlds = 0  # world communicators made by init(): the n-th has the same context everywhere
+        self._pid = os.getpid()
+        _at_exit(self)
         for peer, sock in enumerate(self.socks):
             if sock is not None:
-                threading.Thread(target=self._reader, args=(peer, sock), daemon=True,
+                stream = self._outs[peer].tls or sock  # TLS: the reader decrypts as it reads
+                threading.Thread(target=self._reader, args=(peer, stream), daemon=True,
                                  name=f"uniccl-tcp-r{rank}-from{peer}").start()
 
     def where(self, peer: int) -> str:
         t = self.table[peer]
         return f"rank {peer} ({t['hostname']} {t['addr']}, pid {t['pid']})"
 
-    def _connect(self, secret: bytes, listener, timeout: float) -> None:
+    def _connect(self, secret: bytes, listener, timeout: float, tls=None) -> None:
         deadline = time.monotonic() + timeout
         for peer in range(self.rank):  # connect to the lower ranks ...
             t = self.table[peer]
@@ -199,10 +280,11 @@ class Mesh:
                 _recv_into(sock, memoryview(nonce))
                 proof = hmac.new(secret, bytes(nonce) + struct.pack("<I", self.rank), hashlib.sha256).digest()
                 sock.sendall(_HELLO.pack(self.rank, proof))
+                stream = None if tls is None else tls.handshake(self, sock, peer, False, secret)
             except OSError as exc:
                 raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init",
                                     rank=self.rank) from None
-            self._adopt(peer, sock)
+            self._adopt(peer, sock, stream)
         while any(s is None for r, s in enumerate(self.socks) if r > self.rank):  # ... accept the higher
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -223,12 +305,23 @@ class Mesh:
             if not hmac.compare_digest(proof, expect) or not self.rank < peer < self.size or self.socks[peer]:
                 sock.close()  # not one of ours: ignore it, keep waiting for the real peer
                 continue
-            self._adopt(peer, sock)
+            stream = None
+            if tls is not None:  # a rank of the job (it proved the secret): it must hold the certificate it published
+                try:
+                    stream = tls.handshake(self, sock, peer, True, secret)
+                except OSError as exc:
+                    sock.close()
+                    raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init",
+                                        rank=self.rank) from None
+            self._adopt(peer, sock, stream)
 
-    def _adopt(self, peer: int, sock) -> None:
+    def _adopt(self, peer: int, sock, tls=None) -> None:
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # a send blocked on a full socket returns every _SLICE_US: sends can keep a deadline
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, _SLICE_US))
         self.socks[peer] = sock
+        self._outs[peer] = _Out(peer, sock, tls)
 
     # ------------------------------------------------------------------ sending
     def send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data=None, stamp=None) -> None:
@@ -256,20 +349,40 @@ class Mesh:
             tracer.span("message", f"send to rank {peer}", t0, t1, {"bytes": nbytes, "tag": tag})
 
     def _send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
-        sock = self.socks[peer]
+        lock = self.send_locks[peer]
+        deadline = _LAZY
         try:
-            with self.send_locks[peer]:
+            if not lock.acquire(False):  # another thread sends to that peer: wait for it, within the limit
+                deadline = self._deadline()
+                if not lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
+                    raise _Stalled(False)
+            try:
                 if self.checksums:  # a copy is kept: the receiver may ask for it again
-                    self._send_checked(peer, sock, ctx, tag, ptr, nbytes, data, stamp)
-                    return
-                head = _head(ctx, tag, nbytes, 0, _STAMPED if stamp else 0, 0, stamp)
-                if data is not None:
-                    sock.sendall(head + data)
-                elif nbytes <= _INLINE:
-                    sock.sendall(head + ctypes.string_at(ptr, nbytes))
+                    pieces = self._checked(peer, ctx, tag, ptr, nbytes, data, stamp)
                 else:
-                    sock.sendall(head)
-                    sock.sendall(_view(ptr, nbytes))
+                    head = _head(ctx, tag, nbytes, 0, _STAMPED if stamp else 0, 0, stamp)
+                    if data is not None:
+                        pieces = (head + data,)
+                    elif nbytes <= _INLINE:
+                        pieces = (head + ctypes.string_at(ptr, nbytes),)
+                    else:
+                        pieces = (head, _view(ptr, nbytes))
+                out = self._outs[peer]
+                if out.pending or out.tls is not None:
+                    self._write(out, pieces, deadline)
+                else:  # _write's own loop, inlined: every call's path
+                    sock = out.sock
+                    for piece in pieces:
+                        try:
+                            sent = sock.send(piece)
+                        except BlockingIOError:  # full for a whole slice
+                            sent = 0
+                        if sent < len(piece):
+                            deadline = self._wait_out(out, pieces, piece, sent, deadline)
+            finally:
+                lock.release()
+        except _Stalled as exc:
+            raise self._send_timeout(peer, exc.started) from None
         except OSError as exc:
             # a peer that gave up on this communicator (a death it saw, a timeout, an abort) says so
             # before it closes: wait for its reader to deliver that, and report it instead
@@ -282,8 +395,9 @@ class Mesh:
             raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
                               remote_rank=peer, remote_type="ConnectionError") from None
 
-    def _send_checked(self, peer: int, sock, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
-        """Send with the payload's CRC, from a kept copy (for a retransmission); send lock held."""
+    def _checked(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> tuple:
+        """The pieces of a message with its payload's CRC; a copy is kept for a retransmission
+        (send lock held)."""
         msg_id = self._next_id[peer]
         self._next_id[peer] += 1
         flags = _CHECKED | _STAMPED if stamp else _CHECKED
@@ -291,33 +405,220 @@ class Mesh:
             body = bytes(data) if data is not None else ctypes.string_at(ptr, nbytes)
             crc = self._crc(body)
             self._kept.keep_small(peer, msg_id, (ctx, tag, crc, body, stamp))
-            sock.sendall(_head(ctx, tag, nbytes, crc, flags, msg_id, stamp) + body)
-            return
+            return (_head(ctx, tag, nbytes, crc, flags, msg_id, stamp) + body,)
         body, crc = self._kept.keep(peer, msg_id, ctx, tag, ptr, nbytes, data, stamp)
         if body is None:  # larger than a quarter of the budget: checked, sent from where it is, not kept
             body = data if data is not None else _view(ptr, nbytes)
             crc = self._crc(body)
-        sock.sendall(_head(ctx, tag, nbytes, crc, flags, msg_id, stamp))
-        sock.sendall(body)
+        return _head(ctx, tag, nbytes, crc, flags, msg_id, stamp), body
+
+    def _deadline(self):
+        """The calling thread's deadline for a wait that begins now (monotonic; None: no limit)."""
+        limit = getattr(self._tl, "timeout", self.timeout)
+        return time.monotonic() + limit if limit else None
+
+    def _write(self, out, pieces, deadline) -> None:
+        """Put ``pieces`` (one message) on the stream to the peer, after what is owed to it (its
+        send lock held).  ``deadline``: monotonic, None (none) or _LAZY (the calling thread's limit,
+        from the moment it has to wait).  Raises _Stalled when it passes with the peer taking no
+        data; a message begun is then owed whole (copied: the caller's memory is free)."""
+        if out.pending:
+            if deadline is _LAZY:
+                deadline = self._deadline()
+            if not self._flush(out, deadline):
+                raise _Stalled(False)
+        if out.tls is not None:
+            return self._write_tls(out, pieces, deadline)
+        sock = out.sock
+        for piece in pieces:
+            try:
+                sent = sock.send(piece)
+            except BlockingIOError:  # full for a whole slice
+                sent = 0
+            if sent < len(piece):
+                deadline = self._wait_out(out, pieces, piece, sent, deadline)
+
+    def _wait_out(self, out, pieces, piece, sent: int, deadline):
+        """The peer did not take all of ``piece`` (one of ``pieces``) at once: go on until it
+        does (the deadline, now resolved, is returned for the next pieces) or raise _Stalled."""
+        if deadline is _LAZY:
+            deadline = self._deadline()
+        sent = _push(out.sock, piece, sent, deadline)
+        if sent < len(piece):
+            i = next(j for j, p in enumerate(pieces) if p is piece)
+            if i == 0 and sent == 0:
+                raise _Stalled(False)
+            self._owe(out, [memoryview(piece)[sent:], *pieces[i + 1:]])
+            raise _Stalled(True)
+        return deadline
+
+    def _write_tls(self, out, pieces, deadline) -> None:
+        """_write over TLS: each slice is encrypted, then sent; once encrypted it is owed."""
+        sock, tls = out.sock, out.tls
+        for i, piece in enumerate(pieces):
+            view = memoryview(piece)
+            for off in range(0, len(view), _TLS_SLICE):
+                raw = tls.encrypt(view[off:off + _TLS_SLICE])
+                try:
+                    sent = sock.send(raw)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(raw):
+                    if deadline is _LAZY:
+                        deadline = self._deadline()
+                    sent = _push(sock, raw, sent, deadline)
+                    if sent < len(raw):
+                        out.pending.append((False, memoryview(raw)[sent:]))
+                        self._owe(out, [view[off + _TLS_SLICE:], *pieces[i + 1:]])
+                        raise _Stalled(True)
+
+    def _owe(self, out, views, kick: bool = True) -> None:
+        """Copy ``views`` (the unsent rest of a message) to what is owed to the peer: it goes out
+        before anything else, by whoever sends next or by the peer's sender thread (send lock held)."""
+        plain = out.tls is not None  # TLS: owed as plaintext until encrypted
+        for v in views:
+            if len(v):
+                out.pending.append((plain, memoryview(bytes(v))))
+        if kick:
+            self._kick(out)
+
+    def _flush(self, out, deadline, flags: int = 0) -> bool:
+        """Send what is owed to the peer (send lock held): True when all of it is out."""
+        pending, sock = out.pending, out.sock
+        while pending:
+            plain, view = pending[0]
+            if plain:  # TLS: encrypt the next slice; from now on it is owed as it goes on the wire
+                if len(view) > _TLS_SLICE:
+                    pending[0] = (True, view[_TLS_SLICE:])
+                else:
+                    pending.popleft()
+                pending.appendleft((False, memoryview(out.tls.encrypt(view[:_TLS_SLICE]))))
+                continue
+            sent = _push(sock, view, 0, deadline, flags)
+            if sent < len(view):
+                pending[0] = (False, view[sent:])
+                return False
+            pending.popleft()
+        return True
+
+    def _send_timeout(self, peer: int, started: bool) -> Timeout:
+        limit = getattr(self._tl, "timeout", self.timeout)
+        why = self._stopped(peer) or "takes no data (its process may be stopped or hung)"
+        rest = "; the rest of the message goes to it when it reads again" if started else ""
+        return Timeout(f"rank {self.rank} timed out after {limit:g} s sending to {self.where(peer)}: it {why}{rest}",
+                       rank=self.rank, missing_ranks=[peer])
+
+    def _stopped(self, peer: int) -> str:
+        """'is stopped (...)' when ``peer`` runs on this host and its process is stopped (SIGSTOP,
+        a debugger), else ''."""
+        t = self.table[peer]
+        if t.get("host") != self._host:
+            return ""
+        state = _proc_state(t["pid"], t.get("start"))
+        if state in ("T", "t"):
+            return f"is stopped (state {state} in /proc/{t['pid']}/stat: a SIGSTOP or a debugger)"
+        return ""
+
+    # ------------------------------------------------------ the sender threads
+    def _kick(self, out, job=None) -> None:
+        """Wake the peer's sender thread (start it the first time), with ``job`` for it: [pieces
+        of a message, None] or [None, message id] (a kept copy to send again).  Never blocks on
+        the peer: the reader thread hands its sends over this way."""
+        with out.cv:
+            if job is not None:
+                out.jobs.append(job)
+            if out.thread is None:
+                out.thread = threading.Thread(target=self._sender, args=(out,), daemon=True,
+                                              name=f"uniccl-tcp-s{self.rank}-to{out.peer}")
+                out.thread.start()
+            else:
+                out.cv.notify_all()
+
+    def _sender(self, out) -> None:
+        """The peer's sender thread: the jobs handed to it and what a timed-out send left owed,
+        each as a whole message between the others (under the send lock)."""
+        peer, lock = out.peer, self.send_locks[out.peer]
+        while True:
+            with out.cv:
+                while not out.jobs and not out.pending:
+                    if self.closed:
+                        return
+                    out.cv.notify_all()  # idle: close() may wait for this
+                    out.cv.wait()
+                job = out.jobs[0] if out.jobs else None
+            with lock:
+                try:
+                    if job is None:
+                        self._flush(out, None)
+                        continue
+                    if job[0] is None:
+                        job[0] = self._copy_of(peer, job[1])
+                    self._write(out, job[0], None)
+                    with out.cv:
+                        out.jobs.popleft()
+                except OSError:  # the connection is gone: its reader reports it
+                    out.pending.clear()
+                    with out.cv:
+                        out.jobs.clear()
+                except Exception:  # a bug: say so, and keep serving (a lost job would hang its peer)
+                    from ._log import logger
+
+                    logger.exception("rank %d: the sender thread to rank %d dropped a message", self.rank, peer)
+                    if job is None:
+                        out.pending.clear()
+                    with out.cv:
+                        if out.jobs and out.jobs[0] is job:
+                            out.jobs.popleft()
+
+    def _copy_of(self, peer: int, msg_id: int) -> tuple:
+        """The pieces of the kept copy of message ``msg_id`` to ``peer``, asked for again (send
+        lock held); overwritten or never kept: a marker that fails the receiver's wait typed."""
+        kept = self._kept.get(peer, msg_id)
+        if kept is None:
+            return (_head(0, 0, 0, 0, _GONE, msg_id),)
+        ctx, tag, crc, body, stamp = kept
+        self.stats["retransmits"] += 1
+        if self.links is not None:
+            self.links[peer][4] += 1
+        flags = _CHECKED | _RETRANSMIT | (_STAMPED if stamp else 0)
+        return _head(ctx, tag, len(body), crc, flags, msg_id, stamp), body
 
     def _resend(self, peer: int, msg_id: int) -> None:
-        """``peer`` got message ``msg_id`` corrupted: send the kept copy (reader thread)."""
-        sock = self.socks[peer]
-        with self.send_locks[peer]:
-            kept = self._kept.get(peer, msg_id)
-            try:
-                if kept is None:  # overwritten or never kept: the receiver fails with a typed error
-                    sock.sendall(_head(0, 0, 0, 0, _GONE, msg_id))
-                    return
-                ctx, tag, crc, body, stamp = kept
-                self.stats["retransmits"] += 1
-                if self.links is not None:
-                    self.links[peer][4] += 1
-                flags = _CHECKED | _RETRANSMIT | (_STAMPED if stamp else 0)
-                sock.sendall(_head(ctx, tag, len(body), crc, flags, msg_id, stamp))
-                sock.sendall(body)
-            except OSError:
-                pass  # its reader sees the connection drop
+        """``peer`` got message ``msg_id`` corrupted: its sender thread sends the kept copy (the
+        reader thread that read the request goes on reading)."""
+        self._kick(self._outs[peer], [None, msg_id])
+
+    def _notice(self, peer: int, data: bytes) -> None:
+        """Put ``data`` (a whole message) on the stream to ``peer`` without waiting for the peer:
+        now if its socket takes it, else after what is owed, by its sender thread."""
+        out, lock = self._outs[peer], self.send_locks[peer]
+        if not lock.acquire(False):  # a send to it is in progress: the message goes after it
+            self._kick(out, [(data,), None])
+            return
+        try:
+            self._owe(out, [data], kick=False)
+            done = self._flush(out, None, socket.MSG_DONTWAIT)
+        except OSError:
+            done = True  # gone: its reader sees the connection drop
+        finally:
+            lock.release()
+        if not done:
+            self._kick(out)
+
+    def _try_send(self, peer: int, data: bytes, wait: float) -> bool:
+        """Send ``data`` (a whole message) if the peer takes it within ``wait`` seconds."""
+        lock = self.send_locks[peer]
+        if not lock.acquire(timeout=wait):
+            return False
+        try:
+            self._write(self._outs[peer], (data,), time.monotonic() + wait)
+            return True
+        except _Stalled:
+            return False
+        except OSError:
+            return True  # gone: its reader reports it
+        finally:
+            lock.release()
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
@@ -425,36 +726,64 @@ class Mesh:
             if self._alarm.get(dctx) == tag:
                 del self._alarm[dctx]
 
+    def _answer_sync(self, peer: int) -> None:
+        """(reader thread) Tell ``peer`` that all it sent before its question is checked."""
+        self._kick(self._outs[peer], [(_head(0, _SYNCED_TAG, 0, 0, 0, 0),), None])
+
+    def linger(self, timeout: float) -> None:
+        """Before this process exits: wait, at most ``timeout`` s, until every live peer has
+        checked all that this rank sent it, so that a peer still asking for a copy of a damaged
+        last message gets it (this rank's reader and sender threads serve it meanwhile).  A
+        healthy peer answers from its reader thread at once, wherever its caller is."""
+        if self.closed or not self.checksums or os.getpid() != self._pid:
+            return  # aborted; no copies to ask for; a forked child (the connections are its parent's)
+        peers = [p for p, out in enumerate(self._outs) if out is not None and p not in self._dead]
+        reqs = [self.post(p, 0, _SYNCED_TAG, None, 0) for p in peers]
+        ask = _head(0, _SYNC_TAG, 0, 0, 0, 0)
+        for p in peers:
+            self._notice(p, ask)
+        deadline = time.monotonic() + timeout
+        for req in reqs:
+            req.done.wait(max(0.0, deadline - time.monotonic()))
+
     def _answer_probe(self, peer: int, dctx: int) -> None:
+        """(reader thread) The answer goes through the peer's sender thread: never a blocking send here."""
         with self._lock:
             begun = self._begun.get(dctx, -1)
-        try:
-            with self.send_locks[peer]:
-                self.socks[peer].sendall(_head(dctx, _PROBED_TAG, _Q.size, 0, 0, 0) + _Q.pack(begun))
-        except OSError:
-            pass  # the asker is gone
+        self._kick(self._outs[peer], [(_head(dctx, _PROBED_TAG, _Q.size, 0, 0, 0) + _Q.pack(begun),), None])
 
-    def probe(self, dctx: int, seq: int, peers: list, wait: float) -> list:
-        """The ``peers`` (job ranks) that answered that they have not begun call ``seq`` on
-        ``dctx``, and those whose connection is lost: after a timeout, who is missing (their
-        readers answer, wherever their callers are).  A peer that does not answer within
-        ``wait`` seconds is not named: it may have given up on the call and closed (it began it)."""
-        reqs = [(p, self.post(p, dctx, _PROBED_TAG, None, 0)) for p in peers if p not in self._dead]
-        missing = [p for p in peers if p in self._dead]
-        for p, _ in reqs:
-            try:
-                with self.send_locks[p]:
-                    self.socks[p].sendall(_head(dctx, _PROBE_TAG, 0, 0, 0, 0))
-            except OSError:
-                pass
+    def probe(self, dctx: int, seq: int, peers: list, wait: float) -> dict:
+        """After a timeout, who of ``peers`` (job ranks) is in the way of call ``seq`` on ``dctx``,
+        and why: {peer: what it does} for those that answered that they have not begun the call
+        (their readers answer, wherever their callers are), whose connection is lost, whose
+        process is stopped (on this host: /proc), that take no data, and (_SILENT) those that did
+        not answer within ``wait`` seconds."""
+        found, reqs = {}, []
+        ask = _head(dctx, _PROBE_TAG, 0, 0, 0, 0)
+        for p in peers:
+            if p in self._dead:
+                found[p] = "is gone (its connection was lost)"
+                continue
+            stopped = self._stopped(p)
+            if stopped:
+                found[p] = stopped
+                continue
+            req = self.post(p, dctx, _PROBED_TAG, None, 0)
+            if not self._try_send(p, ask, min(wait, 0.25)):  # its socket is full: it reads nothing
+                found[p] = self._stopped(p) or "takes no data (its process may be stopped or hung)"
+                continue
+            reqs.append((p, req))
         deadline = time.monotonic() + wait
         for p, req in reqs:
             if req.done.wait(max(0.0, deadline - time.monotonic())):
-                if req.error is None and _Q.unpack(req.data)[0] < seq:
-                    missing.append(p)
-                elif req.error is not None and p in self._dead:
-                    missing.append(p)
-        return sorted(missing)
+                if req.error is None:
+                    if _Q.unpack(req.data)[0] < seq:
+                        found[p] = "has not made the call"
+                elif p in self._dead:
+                    found[p] = "is gone (its connection was lost)"
+            else:
+                found[p] = self._stopped(p) or _SILENT
+        return found
 
     def cancel(self, dctx: int, tag: int) -> None:
         """Withdraw this rank's receives of call ``tag``; return once no reader still writes
@@ -501,13 +830,17 @@ class Mesh:
                     _recv_into(sock, memoryview(raw))
                     self._abort_local(peer, ctx, self._notice_error(peer, raw))
                     continue
-                if tag == _PROBE_TAG or tag == _PROBED_TAG:
+                if tag in _ASKED:
                     raw = bytearray(n)
                     _recv_into(sock, memoryview(raw))
-                    if tag == _PROBED_TAG:
+                    if tag == _PROBED_TAG or tag == _SYNCED_TAG:
                         self._arrived(peer, ctx, tag, raw)
-                    else:  # answered by this thread: the caller's thread may be anywhere
+                    elif tag == _PROBE_TAG:  # answered by this thread: the caller's thread may be anywhere
                         self._answer_probe(peer, ctx)
+                    elif rx.awaiting is None:  # _SYNC_TAG: all before it is checked
+                        self._answer_sync(peer)
+                    else:  # a copy is still awaited: answered once it is in
+                        rx.sync = True
                     continue
                 if tag == _NACK_TAG:
                     raw = bytearray(n)
@@ -536,6 +869,9 @@ class Mesh:
                     while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
                         *fields, payload = rx.held.popleft()
                         self._receive(peer, rx, *fields, payload=payload)
+                    if rx.sync and rx.awaiting is None:
+                        rx.sync = False
+                        self._answer_sync(peer)
         except (OSError, ConnectionError) as exc:
             self._peer_lost(peer, exc, rx.current)
 
@@ -647,11 +983,9 @@ class Mesh:
         self.stats["retransmit_requests"] += 1
         logger.warning("rank %d: message %d from rank %d failed its CRC-32C check; asking for it again (%d)",
                        self.rank, msg_id, peer, rx.tries)
-        try:
-            with self.send_locks[peer]:
-                self.socks[peer].sendall(_head(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id))
-        except OSError:
-            pass  # the peer is gone: its reader reports that
+        # through the peer's sender thread: this reader must go on reading (the peer may be
+        # sending to us while it is asked for a copy itself)
+        self._kick(self._outs[peer], [(_head(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id),), None])
         return False
 
     def _unrecoverable(self, peer: int, rx, msg_id: int, why: str) -> None:
@@ -659,6 +993,9 @@ class Mesh:
         error = InternalError(f"message {msg_id} from {self.where(peer)} arrived corrupted and {why}",
                               rank=self.rank, remote_rank=peer)
         rx.awaiting, rx.held = None, collections.deque()
+        if rx.sync:  # nothing more will be asked of it
+            rx.sync = False
+            self._answer_sync(peer)
         with self._lock:
             self._dead[peer] = error
             keys = [k for k in self._posted if k[0] == peer]
@@ -720,24 +1057,24 @@ class Mesh:
                 return  # the members were told once (the first verdict is the one that counts)
             self._notified.add(ctx & ~3)
         data = json.dumps({"kind": kind, "text": reason[:2000], "missing": list(missing)}).encode()
+        notice = _head(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data
         for peer in members:
             if peer == self.rank or peer in self._dead:
                 continue
-            sock = self.socks[peer]
-            if not self.send_locks[peer].acquire(timeout=1.0):
-                continue  # a send to it is stuck (its buffers are full): its reader will see the socket close
-            try:
-                sock.settimeout(1.0)
-                sock.sendall(_head(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data)
-            except OSError:
-                pass
-            finally:
-                sock.settimeout(None)
-                self.send_locks[peer].release()
+            self._notice(peer, notice)  # never waits: a peer that takes no data gets it when it reads again
 
     def close(self) -> None:
-        """Shut every connection (abort of the last communicator over this mesh)."""
+        """Shut every connection (abort of the last communicator over this mesh), after at most
+        1 s for what is still owed to the peers (notices behind a full socket)."""
         self.closed = True
+        deadline = time.monotonic() + 1.0
+        for peer, out in enumerate(self._outs):
+            if out is None:
+                continue
+            with out.cv:
+                out.cv.notify_all()
+                while (out.jobs or out.pending) and peer not in self._dead and time.monotonic() < deadline:
+                    out.cv.wait(max(0.0, min(0.05, deadline - time.monotonic())))
         for sock in self.socks:
             if sock is not None:
                 try:
@@ -834,8 +1171,11 @@ class TCPTransport:
 
     # -------------------------------------------------------- point to point
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
-        self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes,
-                       stamp=self._stamp if self.active and not comm else None)
+        try:
+            self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes,
+                           stamp=self._stamp if self.active and not comm else None)
+        except Timeout as exc:  # the peer took no data within the call's limit: it is named
+            raise self._local(exc) from None
         return _SENT
 
     def irecv(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
@@ -914,8 +1254,8 @@ class TCPTransport:
                     self.mesh.wait(req)
                 except _Flushed:
                     self._mismatch()
-                except Timeout:
-                    raise self._not_arrived(self._recs) from None
+                except Timeout as exc:
+                    raise self._not_arrived(self._recs, exc=exc) from None
                 except RemoteError as exc:
                     raise self._local(exc) from None
                 if req.data != self._full:
@@ -934,33 +1274,45 @@ class TCPTransport:
         rank order (None for this rank)."""
         mesh, me = self.mesh, self.rank
         reqs = [None if p == me else mesh.post(self.members[p], ctx, tag, None, 0) for p in range(self.size)]
-        for p in range(self.size):
-            if p != me:
-                mesh.send(self.members[p], ctx, tag, None, len(data), data)
+        try:
+            for p in range(self.size):
+                if p != me:
+                    mesh.send(self.members[p], ctx, tag, None, len(data), data)
+        except Timeout as exc:
+            raise self._local(exc) from None
         return reqs
 
     def _missing(self, exc: Timeout) -> Timeout:
         """A wait of an announced call timed out: the peer it waited for may itself wait for
         another; name the ranks that have not begun the call (asked now), if any."""
         peers = [m for m in self.members if m != self.mesh.rank]
-        missing = [self.members.index(m) for m in self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)]
-        if not missing:  # all here (or gave up): a peer's verdict told meanwhile names the ranks
-            told = self.mesh._aborted.get(self.ctx & ~3)
-            return self._local(told if isinstance(told, Timeout) else exc)
-        who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
-        return Timeout(f"{exc.message}; {who} {'have' if len(missing) > 1 else 'has'} not made the call",
-                       rank=self.rank, missing_ranks=missing)
+        found = self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)
+        told = self.mesh._aborted.get(self.ctx & ~3)
+        if isinstance(told, Timeout) and all(why is _SILENT for why in found.values()):
+            return self._local(told)  # a peer's verdict, told meanwhile, names the ranks
+        if not found:  # all here (or gave up)
+            return self._local(exc)
+        missing = sorted(self.members.index(m) for m in found)
+        return Timeout(f"{exc.message}; {_why(found, self.members)}", rank=self.rank, missing_ranks=missing)
 
     def _mismatch(self):
         self.active = False
         self._mismatched()  # raises
         raise InternalError("the ranks' records of a call differ, yet their judgement passed", rank=self.rank)
 
-    def _not_arrived(self, reqs, what: str = "to make the call") -> Timeout:
+    def _not_arrived(self, reqs, what: str = "to make the call", exc=None) -> Timeout:
+        """A wait for the ranks' records (``reqs``) timed out: the ranks whose record is missing,
+        or a peer's verdict (``exc`` told by it), or who is in the way (asked now)."""
+        if exc is not None and exc.extra.get("remote_rank") is not None:
+            return self._local(exc)  # a peer timed out first and told this rank whom it found missing
         missing = [p for p, r in enumerate(reqs) if r is not None and not r.done.is_set()]
         limit = getattr(self.mesh._tl, "timeout", self.mesh.timeout)
+        if not missing:  # they all came meanwhile
+            return self._missing(Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for the ranks' "
+                                         "records of the call", rank=self.rank))
+        stopped = "".join(f"; rank {p} {why}" for p in missing if (why := self.mesh._stopped(self.members[p])))
         return Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for "
-                       f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} {what}",
+                       f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} {what}{stopped}",
                        rank=self.rank, missing_ranks=missing)
 
     def records(self) -> list:
@@ -970,8 +1322,8 @@ class TCPTransport:
             if req is not None:
                 try:
                     self.mesh.wait(req)
-                except Timeout:
-                    raise self._not_arrived(reqs, "to report their call") from None
+                except Timeout as exc:
+                    raise self._not_arrived(reqs, "to report their call", exc) from None
                 except RemoteError as exc:
                     raise self._local(exc) from None
         return [self._full if req is None else req.data for req in reqs]
@@ -1000,8 +1352,11 @@ class TCPTransport:
         """Send ``payloads[peer]`` (bytes) to each peer, return {source: bytes}."""
         tag, ctx = self._ctrl_tag(), self.ctx + CTRL
         reqs = {src: self.mesh.post(self.members[src], ctx, tag, None, 0) for src in sources}
-        for peer, data in payloads.items():
-            self.mesh.send(self.members[peer], ctx, tag, None, len(data), data)
+        try:
+            for peer, data in payloads.items():
+                self.mesh.send(self.members[peer], ctx, tag, None, len(data), data)
+        except Timeout as exc:
+            raise self._local(exc) from None
         out = {}
         for src, req in reqs.items():
             self.wait(req)
@@ -1068,8 +1423,8 @@ class TCPTransport:
         for p in reqs:
             try:
                 mesh.send(p, ctx, tag, None, len(data), data)
-            except (RemoteError, InternalError):
-                pass  # it died: its receive fails too
+            except (RemoteError, InternalError, Timeout):
+                pass  # it died (its receive fails too), or takes no data: left out
         out = {me: list(view)}
         deadline = time.monotonic() + timeout
         for p, req in reqs.items():
@@ -1161,13 +1516,232 @@ class _RxState:
     """What one reader knows about its peer's stream: the message being filled (failed if the
     connection drops), the corrupted message awaited again and what arrived after it."""
 
-    __slots__ = ("current", "awaiting", "held", "tries")
+    __slots__ = ("current", "awaiting", "held", "tries", "sync")
 
     def __init__(self):
         self.current = None
         self.awaiting = None
         self.held = collections.deque()
         self.tries = 0
+        self.sync = False  # the peer asked to be told once nothing is awaited from it (Mesh.linger)
+
+
+def _why(found: dict, members: list) -> str:
+    """'rank 1 is stopped (...); ranks 2, 3 have not made the call': ``found`` ({job rank: what
+    it does}, from Mesh.probe) in this communicator's ranks."""
+    groups: dict = {}
+    for p, why in found.items():
+        groups.setdefault(why, []).append(members.index(p))
+    parts = []
+    for why, ranks in groups.items():
+        ranks.sort()
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} {why}")
+        else:
+            verb, _, rest = why.partition(" ")
+            verb = {"has": "have", "is": "are", "does": "do", "takes": "take"}.get(verb, verb)
+            parts.append(f"ranks {', '.join(map(str, ranks))} {verb} {rest}")
+    return "; ".join(parts)
+
+
+class _Out:
+    """The sending side of the connection to one peer: its socket, its TLS state (None: plain
+    TCP), what is owed to the stream (``pending``: [plaintext?, view], the rest of a message a
+    timed-out send left; it goes out before anything else) -- both under the peer's send lock --
+    and the jobs of its sender thread (under ``cv``)."""
+
+    __slots__ = ("peer", "sock", "tls", "pending", "jobs", "cv", "thread")
+
+    def __init__(self, peer: int, sock, tls=None):
+        self.peer, self.sock, self.tls = peer, sock, tls
+        self.pending = collections.deque()
+        self.jobs = collections.deque()
+        self.cv = threading.Condition(threading.Lock())
+        self.thread = None
+
+
+_NO_CHECK_TIME = 0x200000  # X509_V_FLAG_NO_CHECK_TIME: a pinned certificate's dates (two hosts' clocks) do not matter
+
+
+class _TLS:
+    """One TLS 1.3 connection through memory BIOs over a plain socket: the reader thread decrypts
+    (``recv_into``, as a socket's), senders encrypt under the send lock (``encrypt``, then send
+    the bytes themselves, so that a send keeps its deadline); ``lock`` keeps them off the SSL
+    object at the same time (it is not thread-safe), socket I/O happens outside it."""
+
+    __slots__ = ("sock", "obj", "inc", "out", "lock", "_buf", "_want")
+
+    def __init__(self, sock, obj, inc, out):
+        import ssl
+
+        self.sock, self.obj, self.inc, self.out = sock, obj, inc, out
+        self.lock = threading.Lock()
+        self._buf = memoryview(bytearray(256 << 10))
+        self._want = ssl.SSLWantReadError
+
+    def recv_into(self, view) -> int:
+        while True:
+            with self.lock:
+                try:
+                    return self.obj.read(len(view), view)
+                except self._want:  # a record is not all here yet
+                    pass
+            got = self.sock.recv_into(self._buf)
+            if not got:
+                return 0
+            with self.lock:
+                self.inc.write(self._buf[:got])
+
+    def encrypt(self, view) -> bytes:
+        with self.lock:
+            self.obj.write(view)
+            return self.out.read()
+
+    def flush_blocking(self) -> None:
+        """Send what the SSL object wrote (set-up: the socket has a timeout)."""
+        with self.lock:
+            data = self.out.read()
+        if data:
+            self.sock.sendall(data)
+
+    def version(self) -> str | None:
+        return self.obj.version()
+
+    def cipher(self):
+        return self.obj.cipher()
+
+
+class _TLSIdentity:
+    """This rank's ephemeral TLS identity under UNICCL_TCP_TLS=1: a P-256 key and a self-signed
+    certificate, made by the ``openssl`` program at start-up (the key in memory: a memfd, never
+    on disk).  The certificate goes to the peers through the rendezvous; each connection is TLS
+    1.3 with both certificates required, each side trusting exactly the one its peer published
+    (and checking its SHA-256); then each side proves the job secret by an HMAC over both
+    fingerprints, so a forged rendezvous answer cannot put a stranger in the middle."""
+
+    def __init__(self):
+        import shutil
+        import ssl
+        import subprocess
+
+        def unavailable(why: str) -> PlatformUnavailable:
+            return PlatformUnavailable(f"UNICCL_TCP_TLS=1 {why}", op="init", argument="UNICCL_TCP_TLS")
+
+        if not getattr(ssl, "HAS_TLSv1_3", False):
+            raise unavailable(f"needs TLS 1.3, which this Python's ssl module ({ssl.OPENSSL_VERSION}) lacks")
+        exe = shutil.which("openssl")
+        if exe is None or not hasattr(os, "memfd_create"):
+            raise unavailable("needs the openssl program to make this rank's certificate: none on PATH "
+                              "(install OpenSSL, or unset UNICCL_TCP_TLS)")
+        self._fds = [os.memfd_create("uniccl-tls-key"), os.memfd_create("uniccl-tls-cert")]
+        self._key, self._cert = (f"/proc/self/fd/{fd}" for fd in self._fds)
+        try:
+            res = subprocess.run([exe, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                                  "-nodes", "-sha256", "-days", "30", "-subj", "/CN=uniccl", "-batch",
+                                  "-keyout", self._key, "-out", self._cert],
+                                 pass_fds=self._fds, capture_output=True, text=True, timeout=60)
+            why = res.stderr.strip()[-300:] if res.returncode else ""
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+        self.pem = os.pread(self._fds[1], 1 << 20, 0).decode(errors="replace")
+        if why or "BEGIN CERTIFICATE" not in self.pem:
+            self.discard()
+            raise unavailable(f"could not make this rank's certificate with {exe}: {why or 'no certificate written'}")
+        self.sha256 = hashlib.sha256(ssl.PEM_cert_to_DER_cert(self.pem)).hexdigest()
+
+    def public(self) -> dict:
+        """What the peers learn through the rendezvous."""
+        return {"sha256": self.sha256, "cert": self.pem}
+
+    def discard(self) -> None:
+        """The key is not needed once every connection is made (each context loaded it)."""
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
+
+    def handshake(self, mesh: "Mesh", sock, peer: int, server_side: bool, secret: bytes) -> _TLS:
+        """TLS 1.3 on ``sock`` (connected, with a timeout) to ``peer``, which must hold the
+        certificate it published; OSError (ConnectionRefusedError: refused) otherwise."""
+        import ssl
+
+        theirs = mesh.table[peer].get("tls")
+        if not isinstance(theirs, dict) or not isinstance(theirs.get("cert"), str):
+            raise ConnectionRefusedError("it runs without UNICCL_TCP_TLS=1 (set it alike on every rank)")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_cert_chain(self._cert, self._key)
+        try:
+            ctx.load_verify_locations(cadata=theirs["cert"])
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConnectionRefusedError(f"TLS: it published no usable certificate ({exc})") from None
+        ctx.verify_flags |= _NO_CHECK_TIME
+        if server_side:
+            ctx.num_tickets = 0
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        stream = _TLS(sock, ctx.wrap_bio(inc, out, server_side=server_side), inc, out)
+        try:
+            while True:
+                try:
+                    stream.obj.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    stream.flush_blocking()
+                    data = sock.recv(1 << 16)
+                    if not data:
+                        raise ConnectionError("it closed the connection during the TLS handshake") from None
+                    inc.write(data)
+            stream.flush_blocking()
+        except ssl.SSLCertVerificationError as exc:
+            try:
+                stream.flush_blocking()  # the alert: the peer learns why at once
+            except OSError:
+                pass
+            raise ConnectionRefusedError(f"TLS: it does not hold the certificate it published "
+                                         f"({exc.verify_message})") from None
+        got = hashlib.sha256(stream.obj.getpeercert(binary_form=True)).hexdigest()
+        if not hmac.compare_digest(got, str(theirs.get("sha256", ""))):
+            raise ConnectionRefusedError(f"TLS: its certificate (SHA-256 {got[:16]}...) is not the one it published")
+        client, server = (got, self.sha256) if server_side else (self.sha256, got)
+
+        def proof(role: str) -> bytes:
+            return hmac.new(secret, f"uniccl-tls/{role}/{client}/{server}".encode(), hashlib.sha256).digest()
+
+        sock.sendall(stream.encrypt(proof("server" if server_side else "client")))
+        heard = bytearray(32)
+        try:
+            _recv_into(stream, memoryview(heard))
+        except ssl.SSLError as exc:  # TLS 1.3: a server that refuses our certificate says so only now
+            if "ALERT" not in str(exc).upper():
+                raise
+            raise ConnectionRefusedError(f"TLS: it refused this rank's certificate ({exc.reason or exc})") from None
+        if not hmac.compare_digest(bytes(heard), proof("client" if server_side else "server")):
+            raise ConnectionRefusedError("TLS: it does not prove the job secret over this connection")
+        return stream
+
+
+_meshes: "weakref.WeakSet[Mesh]" = weakref.WeakSet()
+_lingering = []  # [True] once the exit hook is registered
+
+
+def _at_exit(mesh: Mesh) -> None:
+    """Linger at this process's exit for the peers of ``mesh`` (see Mesh.linger)."""
+    if not _lingering:
+        _lingering.append(True)
+        atexit.register(_linger_all)
+    _meshes.add(mesh)
+
+
+def _linger_all() -> None:
+    for mesh in list(_meshes):
+        try:
+            mesh.linger(3.0)
+        except Exception:  # exiting: never an error of its own
+            pass
 
 
 def _checksums():
