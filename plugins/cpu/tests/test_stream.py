@@ -1,6 +1,7 @@
 """Streams keep issue order, events order work across streams, and failures of
 asynchronous work reach the caller."""
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -59,7 +60,7 @@ def test_event_record_query_synchronize(plugin, stream):
     event = plugin.uniccl_event_create(0)
     assert plugin.uniccl_event_query(event)  # never recorded
     x = np.zeros(BIG, np.float32)
-    slow_increments(plugin, x, 30, stream)  # ~100 ms of queued work
+    one = slow_increments(plugin, x, 30, stream)  # ~100 ms of queued work (one: alive until synced)
     plugin.uniccl_event_record(event, stream)
     assert not plugin.uniccl_event_query(event)
     plugin.uniccl_event_synchronize(event)
@@ -72,7 +73,7 @@ def test_stream_waits_for_event_recorded_on_another_stream(plugin):
     a, b = plugin.uniccl_stream_create(0), plugin.uniccl_stream_create(0)
     event = plugin.uniccl_event_create(0)
     x, y = np.zeros(BIG, np.float32), np.zeros(BIG, np.float32)
-    slow_increments(plugin, x, 10, a)
+    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it
     plugin.uniccl_event_record(event, a)
     plugin.uniccl_stream_wait_event(b, event)
     plugin.uniccl_memcpy(addr(y), addr(x), x.nbytes, H2H, b)
@@ -88,7 +89,7 @@ def test_wait_keeps_the_record_current_when_it_was_issued(plugin):
     a, b, c = (plugin.uniccl_stream_create(0) for _ in range(3))
     event = plugin.uniccl_event_create(0)
     x, y = np.zeros(BIG, np.float32), np.zeros(BIG, np.float32)
-    slow_increments(plugin, x, 10, a)
+    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it
     plugin.uniccl_event_record(event, a)
     plugin.uniccl_stream_wait_event(b, event)
     plugin.uniccl_event_record(event, c)  # c is idle: this record completes at once
@@ -112,7 +113,7 @@ def test_none_stream_means_synchronous(plugin):
 def test_event_destroyed_while_its_record_is_pending(plugin, stream):
     event = plugin.uniccl_event_create(0)
     x = np.zeros(BIG, np.float32)
-    slow_increments(plugin, x, 3, stream)
+    one = slow_increments(plugin, x, 3, stream)  # alive until synchronized: the stream reads it
     plugin.uniccl_event_record(event, stream)
     plugin.uniccl_event_destroy(event)
     plugin.uniccl_stream_synchronize(stream)
@@ -159,8 +160,9 @@ def test_hooks_reject_bad_arguments_before_enqueueing(plugin, stream):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 def test_destroy_finishes_work_and_joins_the_worker(plugin):
-    def threads():
-        return len(os.listdir("/proc/self/task"))
+    def threads():  # native threads not made by Python: the streams' workers (other threads of the
+        python = {t.native_id for t in threading.enumerate()}  # process, e.g. uniccl's, come and go)
+        return sum(1 for t in os.listdir("/proc/self/task") if int(t) not in python)
 
     before = threads()
     streams = [plugin.uniccl_stream_create(0) for _ in range(4)]
