@@ -134,11 +134,7 @@ def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(n, op, nbytes
         assert job.wait(60) == 0, job.output()
         assert "Traceback" not in job.output(), job.output()
     finally:
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _resume(pid)
         job.kill()
 
 
@@ -162,12 +158,17 @@ def test_a_stopped_rank_is_named_over_tls_too(tmp_path):
         done.write_text("done")
         assert job.wait(60) == 0, job.output()
     finally:
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _resume(pid)
         job.kill()
+
+
+def _resume(pid) -> None:
+    """SIGCONT the stopped rank, if it was stopped and still exists (the tests' clean-up)."""
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def _wait_stopped(pid: int) -> None:
