@@ -152,6 +152,39 @@ def _pids(out: Path, n: int) -> list[int]:
     return [int((out / f"{r}.ready").read_text()) for r in range(n)]
 
 
+def _signal_state(pid: int) -> str:
+    """A live process's signal masks and each thread's state and wait channel: what a rank that
+    did not act on a signal was doing (for the assertion's message)."""
+    lines = []
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines += [ln.strip() for ln in f if ln.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")]
+        for t in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            def read(name):
+                try:
+                    with open(f"/proc/{pid}/task/{t}/{name}") as f:
+                        return f.read().strip()
+                except OSError:
+                    return "?"
+            state = [ln for ln in read("status").splitlines() if ln.startswith(("State", "SigPnd", "SigBlk"))]
+            lines.append(f"thread {t} {read('comm')}: wchan {read('wchan')}; {'; '.join(state)}")
+    except OSError as exc:
+        lines.append(f"pid {pid}: {exc}")
+    return "\n".join(lines)
+
+
+def _await_interrupts(out: Path, pids: list[int], timeout: float = 30.0) -> str:
+    """Poll until each rank marked its KeyboardInterrupt or ended; the state of those that did
+    neither (empty when all did)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        late = [r for r, p in enumerate(pids) if not (out / f"{r}.keyboardinterrupt").exists() and pid_alive(p)]
+        if not late:
+            return ""
+        time.sleep(0.05)
+    return "\n".join(f"rank {r} (pid {pids[r]}), {timeout:g} s after SIGINT:\n{_signal_state(pids[r])}" for r in late)
+
+
 def _files_env(tmp_path: Path) -> dict:
     return {"UNICCL_TRACE": str(tmp_path / "trace"), "UNICCL_DUMP_DIR": str(tmp_path / "dumps")}
 
@@ -252,8 +285,11 @@ def test_ctrl_c_over_ssh_reaches_every_rank_on_every_node(netns_cluster, tmp_pat
     job = Launcher(["--hosts", ",".join(f"{h}:1" for h in c.hosts), *[f"--ssh-option={o}" for o in c.ssh_options],
                     "--python", sys.executable, *fwd, script, "sleep", out], out)
     job.wait_ready(n)
+    pids = _pids(out, n)  # (one PID namespace: the namespaces are network ones only)
     job.signal(signal.SIGINT)
+    late = _await_interrupts(out, pids, timeout=8.0)  # before the agents' 10 s grace ends in SIGTERM
     code = job.finish()
+    assert not late, late + "\n" + job.text()
     assert code == 128 + signal.SIGINT, job.text()
     for r in range(n):
         assert (out / f"{r}.keyboardinterrupt").exists() and (out / f"{r}.finally").exists(), (r, job.text())
