@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import uniccl
-from uniccl import _env
+from uniccl import _env, _log
 
 ROOT = Path(__file__).resolve().parent.parent
 INIT = "import uniccl; c = uniccl.init(); print('made', c.size); c.destroy()"
@@ -356,14 +356,14 @@ def test_writable_directory_is_no_warning(name, tmp_path):
 
 def test_check_writable_dir_warns_once(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("UNICCL_DUMP_DIR", f"/etc/passwd/once-{tmp_path.name}")
-    assert _env.check_writable_dir("UNICCL_DUMP_DIR") is False
-    assert _env.check_writable_dir("UNICCL_DUMP_DIR") is False
+    assert _log.check_writable_dir("UNICCL_DUMP_DIR") is False
+    assert _log.check_writable_dir("UNICCL_DUMP_DIR") is False
     err = capsys.readouterr().err
     assert err.count("UNICCL_DUMP_DIR") == 1, err
     monkeypatch.setenv("UNICCL_DUMP_DIR", str(tmp_path))
-    assert _env.check_writable_dir("UNICCL_DUMP_DIR") is True
+    assert _log.check_writable_dir("UNICCL_DUMP_DIR") is True
     monkeypatch.delenv("UNICCL_DUMP_DIR")
-    assert _env.check_writable_dir("UNICCL_DUMP_DIR") is True
+    assert _log.check_writable_dir("UNICCL_DUMP_DIR") is True
 
 
 def test_torch_autoload_bad_value_is_named_not_ignored():

@@ -15,7 +15,7 @@ from ._errors import (InternalError, InvalidArgument, InvalidUsage, PlatformUnav
 from ._executor import Work
 from ._group import group
 from ._info import info
-from ._init import init
+from ._world import init
 from ._types import DType, ReduceOp
 from ._uniqueid import UniqueId, get_unique_id
 from ._version import __version__

@@ -938,7 +938,7 @@ def main(args) -> int:
         if rc is not None:
             return rc
     from ._errors import UnicclError
-    from ._init import init
+    from ._world import init
 
     try:
         comm = init()

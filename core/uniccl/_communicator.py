@@ -29,7 +29,7 @@ import numpy as np
 from . import _algorithms as alg
 from . import _device, _staged_reduce
 from . import _checks as chk
-from . import _env, _faults, _group
+from . import _env, _faults, _group, _log
 from . import _metrics, _status
 from . import _telemetry as _tel
 from . import _trace
@@ -112,7 +112,7 @@ class Communicator:
 
     def __init__(self, uid, rank: int, size: int, *, platform: str | None = None,
                  timeout: float | None = None):
-        from ._uniqueid import transport_from_unique_id
+        from ._factory import transport_from_unique_id
 
         self._setup(transport_from_unique_id(uid, rank, size, timeout), platform, timeout,
                     f"uid-{uid.port if hasattr(uid, 'port') else 0}")
@@ -190,7 +190,7 @@ class Communicator:
         _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus (a warning now if it cannot be served)
         _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
         for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR", "UNICCL_STATUS_DIR"):
-            _env.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
+            _log.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message

@@ -77,7 +77,7 @@ def all_ranks(as_json: bool = False) -> int:
     """Every rank of the job reports host, platform, device and transport; rank 0 prints them."""
     import socket
 
-    from ._init import init
+    from ._world import init
 
     with init() as comm:
         probe = comm._backend.record.probe

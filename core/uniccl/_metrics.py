@@ -18,6 +18,7 @@ import weakref
 
 from . import _env
 from . import _telemetry as _tel
+from . import _log
 from ._log import logger
 
 _comms: list = []
@@ -42,10 +43,10 @@ def serve(comm) -> int | None:
     if port is None:
         return None
     if comm._telemetry is None:
-        _env.warn("UNICCL_METRICS_PORT is set but UNICCL_TELEMETRY is off: no metrics served")
+        _log.warn("UNICCL_METRICS_PORT is set but UNICCL_TELEMETRY is off: no metrics served")
         return None
     if port > 65535:
-        _env.warn(f"rank {comm.rank}: UNICCL_METRICS_PORT + local rank {comm.local_rank} = {port} is not a port: "
+        _log.warn(f"rank {comm.rank}: UNICCL_METRICS_PORT + local rank {comm.local_rank} = {port} is not a port: "
                   "no metrics served")
         return None
     with _lock:
@@ -54,14 +55,14 @@ def serve(comm) -> int | None:
             try:
                 from prometheus_client import REGISTRY, start_http_server
             except ImportError:
-                _env.warn("UNICCL_METRICS_PORT is set but prometheus-client is not installed "
+                _log.warn("UNICCL_METRICS_PORT is set but prometheus-client is not installed "
                           "(pip install 'uniccl[metrics]'): no metrics served")
                 _server = False
                 return None
             try:
                 start_http_server(port)
             except OSError as exc:
-                _env.warn(f"rank {comm.rank}: cannot serve metrics on port {port} (UNICCL_METRICS_PORT): {exc}")
+                _log.warn(f"rank {comm.rank}: cannot serve metrics on port {port} (UNICCL_METRICS_PORT): {exc}")
                 _server = False
                 return None
             REGISTRY.register(_Collector())

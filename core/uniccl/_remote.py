@@ -19,8 +19,8 @@ import threading
 import time
 
 from . import _agent, _cluster, _ssh
-from ._run import _finish, _forward_signals, _Rendezvous, _say, free_port, host_address, rank_signal
-from ._tcp import route_address
+from ._launch_common import Rendezvous, finish, forward_signals, free_port, host_address, rank_signal, say
+from ._net import route_address
 
 _SSH_SLACK_S = 7.0  # an agent's stop takes its grace (per signal) plus this: the ssh round trip, the reports
 
@@ -77,17 +77,17 @@ def _prepare(args, nodes) -> bool:
     bad = _ssh.check_reachable(nodes, timeout=10)
     if bad:
         for host, why in bad.items():
-            _say(f"node {host} is unreachable: {why}")
-        _say(f"{len(bad)} of {len(nodes)} nodes unreachable; nothing was launched")
+            say(f"node {host} is unreachable: {why}")
+        say(f"{len(bad)} of {len(nodes)} nodes unreachable; nothing was launched")
         return False
-    _say(f"all {len(nodes)} nodes answer ({time.monotonic() - t0:.1f} s)")
+    say(f"all {len(nodes)} nodes answer ({time.monotonic() - t0:.1f} s)")
     for step, fn in (("sync", _ssh.sync), ("build", _ssh.build)):
         if getattr(args, step):
             failures = fn(nodes, args.project, progress=_ssh.print_progress)
             if failures:
                 for host, why in failures.items():
-                    _say(f"{step} failed on {host}: {why}")
-                _say("nothing was launched")
+                    say(f"{step} failed on {host}: {why}")
+                say("nothing was launched")
                 return False
     return True
 
@@ -102,9 +102,9 @@ def run_ssh(args, nodes, argv, env, why) -> int:
     if not _prepare(args, nodes):
         return 255
     addr = args.rendezvous_addr or route_address(nodes[0].host)
-    rdv = _Rendezvous(addr, (args.timeout or 3600) + 60)
+    rdv = Rendezvous(addr, (args.timeout or 3600) + 60)
     used = [(node, ranks) for node, ranks in zip(nodes, placement) if ranks]
-    _say(f"launcher ssh ({why}): {world} ranks on {len(used)} nodes "
+    say(f"launcher ssh ({why}): {world} ranks on {len(used)} nodes "
          f"({', '.join(f'{n.label}:{len(r)}' for n, r in used)}), rendezvous {addr}")
     events: queue.Queue = queue.Queue()
     agents = []
@@ -119,14 +119,14 @@ def run_ssh(args, nodes, argv, env, why) -> int:
         agent.send(json.dumps(spec) + "\n")
         agents.append(agent)
     caught: list = []
-    old = _forward_signals(lambda sig, _f: (caught.append(sig), events.put((None, rank_signal(sig)))))
+    old = forward_signals(lambda sig, _f: (caught.append(sig), events.put((None, rank_signal(sig)))))
     try:
         state, failure = _watch(agents, events, args.timeout, world, args.grace)
     finally:
         _stop_all(agents, args.grace)
         for sig, h in old.items():
             signal.signal(sig, h)
-    return _finish(state, failure, args.timeout, caught)
+    return finish(state, failure, args.timeout, caught)
 
 
 def _watch(agents, events, timeout, world, grace=_agent.GRACE_S):

@@ -38,8 +38,9 @@ import time
 
 from . import _agent
 from ._errors import InvalidArgument, UnicclError
+from ._launch_common import (TIMEOUT_STATUS, Rendezvous, finish, forward_signals, free_port, host_address, rank_signal,
+                             say, torch_env)
 
-TIMEOUT_STATUS = 124
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -83,31 +84,6 @@ def _user_env(items: list[str]) -> dict:
             raise InvalidArgument(f"not an environment variable name: {key!r}", op="run", argument="--env")
         env[key] = value if sep else os.environ.get(key, "")
     return env
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (for torch's TCPStore, which rank 0 listens on)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def torch_env(addr: str, port: int | None = None) -> dict:
-    """torch's rendezvous names (init_process_group's default env://): rank 0 hosts its store."""
-    return {"MASTER_ADDR": addr, "MASTER_PORT": str(port or free_port())}
-
-
-def host_address(host: str) -> str:
-    """``host``'s IPv4 address as this host resolves it (the name itself if it does not)."""
-    try:
-        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
-    except (OSError, IndexError):
-        return host
-
-
-def _say(msg: str) -> None:
-    sys.stderr.write(f"uniccl run: {msg}\n")
-    sys.stderr.flush()
 
 
 def _nodes(args):
@@ -154,10 +130,10 @@ def main(args) -> int:
         argv = [args.program, *args.args]
         note = _agent.python_note(argv) if launcher != "ssh" else None  # (over ssh each node's agent says it)
         if note:
-            _say(note)
+            say(note)
         if launcher == "local":
             n = args.n or 1
-            _say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
+            say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
             return run_local(n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir,
                              grace=args.grace)
         if launcher == "mpi":
@@ -171,66 +147,30 @@ def main(args) -> int:
 
         return run_ssh(args, nodes, argv, env, why)
     except UnicclError as exc:
-        _say(f"error: {exc}")
+        say(f"error: {exc}")
         return 2
 
 
 # ------------------------------------------------------------------ local
-class _Rendezvous:
-    """The job's rendezvous, hosted by the launcher so it outlives any rank."""
-
-    def __init__(self, addr: str, timeout: float):
-        from ._uniqueid import get_unique_id
-
-        self.uid = get_unique_id(timeout, host=addr)  # listens on addr only (loopback for a local job)
-        self.env = {"UNICCL_RENDEZVOUS": f"{addr}:{self.uid.port}"}
-        self.secret = self.uid.secret.hex()
-
-
-def _forward_signals(handler) -> dict:
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        old[sig] = signal.signal(sig, handler)
-    return old
-
-
-def rank_signal(sig: int) -> int:
-    """What the ranks get for a signal to the launcher: Ctrl-C stays SIGINT, the rest SIGTERM."""
-    return signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM
-
-
 def run_local(n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None,
               grace=_agent.GRACE_S) -> int:
-    rdv = _Rendezvous("127.0.0.1", (timeout or 3600) + 60)
+    rdv = Rendezvous("127.0.0.1", (timeout or 3600) + 60)
     job = _agent.NodeJob(list(range(n)), n, argv,
                          {**torch_env("127.0.0.1"), **env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
-                         prefix=prefix, log_dir=log_dir, grace=grace, say=_say)
+                         prefix=prefix, log_dir=log_dir, grace=grace, say=say)
     caught = []
 
     def on_signal(sig, _frame):
         caught.append(sig)
         job.request_stop(rank_signal(sig))  # the job's loop sends it and escalates
 
-    old = _forward_signals(on_signal)
+    old = forward_signals(on_signal)
     try:
         state = job.run(timeout, on_failure=lambda f: _agent.failure_report(f, n))
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-    return _finish(state, job.failure, timeout, caught)
-
-
-def _finish(state: str, failure, timeout, caught) -> int:
-    if state == "done":
-        return 0
-    if state == "failed":
-        return failure.get("exit_status") or 1
-    if state == "timeout":
-        _say(f"timeout: the job did not finish within {timeout:g} s; stopped every rank")
-        return TIMEOUT_STATUS
-    sig = caught[0] if caught else signal.SIGTERM
-    _say(f"stopped by {signal.Signals(sig).name}; stopped every rank")
-    return 128 + int(sig)
+    return finish(state, job.failure, timeout, caught)
 
 
 # -------------------------------------------------------------------- mpi
@@ -288,7 +228,7 @@ def run_mpi(args, nodes, argv, env, why) -> int:
     env = {**torch_env(host_address(nodes[0].host) if nodes else "127.0.0.1"), **env}  # rank 0: the first host
     cmd = mpi_command(exe, flavour, n, argv, env, hosts=hosts, hostfile=args.hostfile,
                       oversubscribe=args.oversubscribe, prefix=args.prefix)
-    _say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
+    say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
     before = _mpi_segments()
     try:
         return _run_child(cmd, args.timeout, args.grace)
@@ -320,7 +260,7 @@ def _remove_orphan_segments(names) -> None:
             continue
     removed = [n for n in sorted(names) if n not in mapped and _unlink(os.path.join("/dev/shm", n))]
     if removed:
-        _say(f"removed {len(removed)} shared-memory segment(s) the MPI library left behind: {', '.join(removed)}")
+        say(f"removed {len(removed)} shared-memory segment(s) the MPI library left behind: {', '.join(removed)}")
 
 
 def _unlink(path: str) -> bool:
@@ -347,7 +287,7 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> 
         caught.append(sig)
         requests.append(rank_signal(sig) if interrupt_whole_job else signal.SIGTERM)
 
-    old = _forward_signals(forward)
+    old = forward_signals(forward)
     deadline = time.monotonic() + timeout if timeout else None
     level, step_end, timed_out = -1, 0.0, False
 
@@ -359,7 +299,7 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> 
             _signal_one(proc.pid, sig)  # the launcher passes it to every rank, as from a terminal
         else:
             if not (first and timed_out):
-                _say(f"sending {sig.name} to {os.path.basename(cmd[0])} and its processes")
+                say(f"sending {sig.name} to {os.path.basename(cmd[0])} and its processes")
             _agent._killpg(proc.pid, sig)
         step_end = time.monotonic() + grace
 
@@ -369,7 +309,7 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> 
                 want = _agent.LADDER.index(requests.popleft())
                 step(want if level < 0 else max(want, level + 1))
             if level < 0 and deadline is not None and time.monotonic() > deadline:
-                _say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM (SIGKILL "
+                say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM (SIGKILL "
                      f"{grace:g} s later)")
                 timed_out = True
                 step(1)
@@ -386,7 +326,7 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> 
     if timed_out:
         return TIMEOUT_STATUS
     if caught:
-        _say(f"stopped by {signal.Signals(caught[0]).name}")
+        say(f"stopped by {signal.Signals(caught[0]).name}")
         return 128 + int(caught[0])
     return _agent.exit_status(code)
 
@@ -407,15 +347,15 @@ def slurm_command(n: int, argv: list[str], prefix: bool) -> list[str]:
 def run_slurm(args, argv, env, why) -> int:
     import socket
 
-    from ._tcp import route_address
+    from ._net import route_address
 
     n = args.n or int(os.environ.get("SLURM_NTASKS", 1))
     addr = args.rendezvous_addr or route_address(socket.gethostname())
-    rdv = _Rendezvous(addr, (args.timeout or 3600) + 60)
+    rdv = Rendezvous(addr, (args.timeout or 3600) + 60)
     # srun copies this environment to every task (--export=ALL): the secret stays off command lines
     os.environ.update({**torch_env(_slurm_first_node() or addr), **env}, **rdv.env, UNICCL_JOB_SECRET=rdv.secret,
                       UNICCL_BOOTSTRAP="tcp", UNICCL_PREFIX="1" if args.prefix else "0")
-    _say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
+    say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
     return _run_child(slurm_command(n, argv, args.prefix), args.timeout, args.grace, interrupt_whole_job=False)
 
 

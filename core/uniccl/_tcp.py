@@ -53,7 +53,9 @@ import numpy as np
 
 from . import _env
 from ._errors import InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout
+from ._net import host_key, route_address
 from ._timeout import default_timeout
+from ._uniqueid import bind_address, rendezvous
 
 _HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
 _CHECKED, _RETRANSMIT, _GONE = 1, 2, 4  # flags: the CRC is valid; a message sent again; asked for but no longer held
@@ -152,29 +154,6 @@ def _start_time() -> int | None:
         return None
 
 
-def host_key() -> str:
-    """What makes two ranks "on one host": the hostname and the network namespace
-    (namespaces on one machine act as separate hosts, as in the launcher's tests)."""
-    try:
-        ns = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        ns = 0
-    return f"{socket.gethostname()}/{ns}"
-
-
-def route_address(target_host: str) -> str:
-    """This machine's address on the route to ``target_host`` (what peers can reach)."""
-    forced = _env.text("UNICCL_HOST_ADDR")
-    if forced:
-        return forced
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target_host, 9))  # UDP connect sends nothing; it only picks the route
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-
-
 class _Recv:
     """A posted receive: into memory at ``ptr`` (``nbytes`` max) or, ptr None, into bytes."""
 
@@ -206,8 +185,6 @@ class Mesh:
     """Sockets to every other rank of the job and the matching of incoming messages."""
 
     def __init__(self, uid, rank: int, size: int, timeout: float):
-        from ._uniqueid import bind_address, rendezvous
-
         self.rank, self.size = rank, size
         self.timeout = default_timeout()  # waits outside calls (set-up); calls set their own
         self.closed = False
@@ -1761,28 +1738,3 @@ def derive_context(parent: int, n: int, color: int) -> int:
     return int.from_bytes(digest[:8], "little") & ~3
 
 
-_world_mesh = None
-_world_lock = threading.Lock()
-
-
-def world_from_env() -> TCPTransport:
-    """The transport over every rank of a ``uniccl run`` job (local, ssh or slurm launcher):
-    rank, size and rendezvous come from the environment the launcher set."""
-    from ._uniqueid import UniqueId
-
-    global _world_mesh
-    with _world_lock:
-        if _world_mesh is None:
-            launcher = ("UNICCL_RANK", "UNICCL_WORLD_SIZE", "UNICCL_RENDEZVOUS", "UNICCL_JOB_SECRET")
-            rank, size, rdv, secret = (_env.get(name) for name in launcher)  # malformed: InvalidArgument
-            missing = [name for name in launcher if not _env.is_set(name)]
-            if missing:
-                raise InvalidArgument(f"the launcher's environment is incomplete (no {', '.join(missing)}); start "
-                                      "the job with 'uniccl run'", op="init", argument="UNICCL_RENDEZVOUS")
-            host, _, port = rdv.rpartition(":")
-            secret = bytes.fromhex(secret)
-            timeout = float(_env.number("UNICCL_INIT_TIMEOUT"))
-            _world_mesh = Mesh(UniqueId(host, int(port), secret), rank, size, timeout)
-        _world_mesh.worlds += 1
-        return TCPTransport(_world_mesh, list(range(_world_mesh.size)),
-                            derive_context(0, _world_mesh.worlds, 0))

@@ -5,49 +5,7 @@ import os
 
 from ._communicator import Communicator
 from ._errors import InvalidArgument
-
-# Variables that MPI launchers (MPICH's hydra, Open MPI's prterun, PMIx) give their ranks.
-_MPI_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
-
-
-def under_mpi_launcher() -> bool:
-    return any(v in os.environ for v in _MPI_LAUNCHER_VARS)
-
-
-def _forced_bootstrap() -> str | None:
-    forced = os.environ.get("UNICCL_BOOTSTRAP", "").strip().lower()
-    if forced and forced not in ("mpi", "tcp"):
-        raise InvalidArgument(f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init",
-                              argument="UNICCL_BOOTSTRAP")
-    return forced or None
-
-
-def bootstrap() -> str:
-    """How ``uniccl.init()`` finds its peers: "mpi" or "tcp".
-
-    ``UNICCL_BOOTSTRAP`` decides when set; otherwise a process started by an MPI
-    launcher uses MPI, one started by ``uniccl run``'s own launchers (which set
-    ``UNICCL_RENDEZVOUS``) uses TCP, and a lone process uses MPI's singleton world.
-    """
-    forced = _forced_bootstrap()
-    if forced:
-        return forced
-    if under_mpi_launcher():
-        return "mpi"
-    return "tcp" if "UNICCL_RENDEZVOUS" in os.environ else "mpi"
-
-
-def unique_id_bootstrap() -> str:
-    """How the ranks of one unique id connect: "mpi" only inside one MPI job (started by an
-    MPI launcher), else "tcp" -- torchrun, plain processes and MPI singletons have no MPI job
-    whose ranks could form a communicator (each singleton is world rank 0 of its own world)."""
-    return _forced_bootstrap() or ("mpi" if under_mpi_launcher() else "tcp")
-
-
-def _under_torchrun() -> bool:
-    """Started by torchrun (torch's elastic agent), whose agent hosts a store for its workers."""
-    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true" and "RANK" in os.environ
-
+from ._select import _forced_bootstrap, _under_torchrun, bootstrap, under_mpi_launcher
 
 _torchrun_worlds = 0  # worlds made in this process under torchrun: each has its own key
 
@@ -93,7 +51,7 @@ def init(platform: str | None = None, *, timeout: float | None = None) -> Commun
     """
     how = bootstrap()
     if how == "tcp":
-        from ._tcp import world_from_env
+        from ._factory import world_from_env
 
         return Communicator._over(world_from_env(), platform, timeout)
     if not under_mpi_launcher() and _forced_bootstrap() is None and _under_torchrun():
