@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bus bandwidth of the shared-memory engine (uniccl._shm) alone against mpi4py's own
+"""Bus bandwidth of the shared-memory engine (uniccl.transport.shm._shm) alone against mpi4py's own
 collective, in the same processes on the same buffers.
 
     python benchmarks/bench_shm.py                       # 2 and 4 ranks, 8 B..256 MiB, all collectives
@@ -78,7 +78,7 @@ def worker(args) -> int:
     from mpi4py import MPI
 
     import uniccl_cpu
-    from uniccl._shm import DEFAULT_SLOT_BYTES, ShmEngine
+    from uniccl.transport.shm._shm import DEFAULT_SLOT_BYTES, ShmEngine
 
     world = MPI.COMM_WORLD
     r, n = world.rank, world.size
@@ -197,7 +197,7 @@ def main() -> int:
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--sizes", default=None, help="comma-separated byte counts (default 8 B..256 MiB x4)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--slot", type=int, default=0, help="slot_bytes (default: uniccl._shm.DEFAULT_SLOT_BYTES)")
+    ap.add_argument("--slot", type=int, default=0, help="slot_bytes (default: uniccl.transport.shm._shm.DEFAULT_SLOT_BYTES)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="also write every row here")
     ap.add_argument("-v", "--verbose", action="store_true", help="print rows as they come")

@@ -3,8 +3,8 @@ it switched off (for this measurement only, by replacing it with nothing), switc
 call (benchmarks/_arms.py), so both see the same machine.
 
 Over the shared-memory engine the records ride on the data's first rendezvous (see
-Communicator._run_fused); over TCP on the data messages (uniccl._tcp.TCPTransport.announce);
-over MPI they are sent beside the data (uniccl._mpi.MPITransport.announce).
+Communicator._run_fused); over TCP on the data messages (uniccl.transport.tcp.TCPTransport.announce);
+over MPI they are sent beside the data (uniccl.transport.mpi.MPITransport.announce).
 
 usage: uniccl run -n 4 python benchmarks/check_cost.py [BYTES] [CALLS]
        (default 1 MiB, 4000 calls; UNICCL_TRANSPORT=tcp for TCP;

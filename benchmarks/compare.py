@@ -241,7 +241,7 @@ def measure(args):
     """Every (repeat, ranks, peer) job, repeats outermost so slow drift of the machine
     hits every peer alike.  Returns (samples, errors, info):
     samples[(peer, n, coll, size)] = [time_us per repeat]."""
-    from uniccl._bench import parse_size, plan_rows, size_sweep
+    from uniccl.tools.bench import parse_size, plan_rows, size_sweep
 
     sizes = size_sweep(parse_size(args.min), parse_size(args.max), args.factor)
     samples, errors, info = {}, {}, {}
@@ -288,7 +288,7 @@ def measure(args):
 # ------------------------------------------------------------------ output
 def medians(samples):
     """{(peer, n, coll): {size: (time_us, busbw)}} from the per-repeat times."""
-    from uniccl._bench import busbw_factor
+    from uniccl.tools.bench import busbw_factor
 
     table = {}
     for (peer, n, coll, size), times in samples.items():
@@ -305,7 +305,7 @@ def fmt(value):
 def markdown(table, errors, info, args, facts):
     """The text between the markers: run facts, plot, latency, one busbw table per
     (collective, ranks), notes."""
-    from uniccl._bench import format_size
+    from uniccl.tools.bench import format_size
 
     peers = args.peers
     others = [p for p in peers if p != "uniccl"]
@@ -372,7 +372,7 @@ def plot(table, args):
         return False
     mpl.use("Agg")
     import matplotlib.pyplot as plt
-    from uniccl._bench import format_size
+    from uniccl.tools.bench import format_size
 
     cols = min(3, len(args.collectives))
     rows = -(-len(args.collectives) // cols)
@@ -418,7 +418,7 @@ def run_facts(args, info, wall, load, installed):
                 f"HEAD {commit or '?'}{about})", f"mpi4py {md.version('mpi4py')}"]
     versions += [f"{LABEL[p]}: " + re.sub(r"\s+", " ", i["library"].split(",")[0]) for p, i in info.items()
                  if i.get("library")]
-    from uniccl._bench import format_size, parse_size, size_sweep
+    from uniccl.tools.bench import format_size, parse_size, size_sweep
 
     bands = {}  # (iters, warmup) -> the sizes that get them
     for size in size_sweep(parse_size(args.min), parse_size(args.max), args.factor):

@@ -14,7 +14,7 @@ import os
 import runpy
 import sys
 
-from uniccl._mpi import MPITransport
+from uniccl.transport.mpi import MPITransport
 
 variant = sys.argv[1]
 T = MPITransport

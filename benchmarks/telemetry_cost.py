@@ -19,7 +19,7 @@ import numpy as np
 
 import uniccl
 from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
-from uniccl._telemetry import Telemetry
+from uniccl.observability.telemetry import Telemetry
 
 calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
 placebo = os.environ.get("UNICCL_PLACEBO") == "1"

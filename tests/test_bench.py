@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UNICCL = os.path.join(os.path.dirname(sys.executable), "uniccl")  # the venv's entry point, as a user runs it
 
-from uniccl import _bench
+from uniccl.tools import bench as _bench
 
 
 def _dtypes_here():
@@ -506,7 +506,7 @@ def expected_path(transport, collective, nbytes):
     """What the ranks' tuner picks for a 2-rank job on one host (shm), or with UNICCL_TRANSPORT=tcp."""
     if transport == "shm":
         return "shm"
-    from uniccl._tuner import Tuner
+    from uniccl.comm.tuner import Tuner
 
     return "tcp:" + Tuner(2, "tcp", False).choose(collective, nbytes).algorithm
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from uniccl._buffer import as_buffer
+from uniccl.comm._buffer import as_buffer
 from uniccl._errors import InvalidArgument
 from uniccl._types import DType, dtype_from_name
 

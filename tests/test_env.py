@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import uniccl
-from uniccl import _env, _log
+from uniccl import _env
+from uniccl.observability import log as _log
 
 ROOT = Path(__file__).resolve().parent.parent
 INIT = "import uniccl; c = uniccl.init(); print('made', c.size); c.destroy()"
@@ -99,7 +100,11 @@ def test_readme_defaults_are_the_tables(names, meaning):
 
 
 def test_module_defaults_are_the_tables():
-    from uniccl import _algorithms, _flight, _shm_attach, _timeout, _uniqueid
+    from uniccl.comm import algorithms as _algorithms
+    from uniccl.observability import flight as _flight
+    from uniccl.transport.shm import attach as _shm_attach
+    from uniccl.reliability import timeout as _timeout
+    from uniccl.bootstrap import rendezvous as _uniqueid
 
     d = {n: v.default for n, v in _env.VARS.items()}
     assert d["UNICCL_CHUNK_BYTES"] == _algorithms.DEFAULT_CHUNK_BYTES
@@ -221,7 +226,7 @@ def test_shm_checksum_spellings_in_a_real_job(spelled, on):
 
 # ------------------------------------------------------------------ sizes
 def test_sizes_take_k_m_g_like_bench():
-    from uniccl import _bench
+    from uniccl.tools import bench as _bench
 
     assert _bench.parse_size is _env.parse_size  # one parser
     for text, n in (("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("2KB", 2048), ("4KiB", 4096),
@@ -235,7 +240,7 @@ def test_sizes_take_k_m_g_like_bench():
 def test_size_variables(monkeypatch):
     monkeypatch.setenv("UNICCL_CHUNK_BYTES", "64K")
     assert _env.size("UNICCL_CHUNK_BYTES") == 65536
-    from uniccl import _algorithms
+    from uniccl.comm import algorithms as _algorithms
 
     assert _algorithms.chunk_bytes() == 65536
     monkeypatch.setenv("UNICCL_SHM_CMA_REDUCE_MIN_BYTES", "-1")  # "never"
@@ -260,8 +265,8 @@ def test_slot_size_with_a_suffix_reaches_the_engine():
 
 # ------------------------------------------------------------------ no environment reads per call
 def test_calls_do_not_read_the_environment(monkeypatch):
-    from uniccl._tcp import Mesh, TCPTransport, derive_context
-    from uniccl._uniqueid import get_unique_id
+    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
+    from uniccl.bootstrap.rendezvous import get_unique_id
 
     comm = uniccl.Communicator._over(TCPTransport(Mesh(get_unique_id(30), 0, 1, 30), [0], derive_context(5, 0, 0)),
                                      "cpu")

@@ -97,7 +97,7 @@ def test_torch_names_ops_and_dtypes():
     pytest.importorskip("torch")
     res = subprocess.run([sys.executable, "-c", _TORCH_ERRORS], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
-    from uniccl._bench import DTYPES  # every dtype uniccl has
+    from uniccl.tools.bench import DTYPES  # every dtype uniccl has
 
     lines, supported = [], set()
     for line in res.stdout.splitlines():

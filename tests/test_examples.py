@@ -1,6 +1,6 @@
 """``uniccl examples``: every example passes on 1, 2 and 4 ranks under ``uniccl run``; a
 deliberately wrong example is a FAIL and a sleeping one a TIMEOUT that leaves nothing
-running; plus the pure helpers of ``uniccl._examples``."""
+running; plus the pure helpers of ``uniccl.tools.examples``."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from _launch import pid_alive, rank_counts
-from uniccl import _examples
+from uniccl.tools import examples as _examples
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 
 from _launch import WORKERS
-from uniccl._shm import crc32c, crc32c_at
+from uniccl.transport.shm._shm import crc32c, crc32c_at
 
 WORKER = str(WORKERS / "integrity.py")
 
@@ -63,7 +63,7 @@ def test_a_message_that_stays_corrupted_is_a_typed_error_everywhere():
 
 def test_checksums_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("UNICCL_TCP_CHECKSUM", "0")
-    from uniccl._tcp import _checksums
+    from uniccl.transport.tcp import _checksums
 
     assert _checksums()[0] is False
 

@@ -246,7 +246,7 @@ def test_the_launchers_own_status_directories_are_private():
     res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"], capture_output=True,
                          text=True, timeout=60, env=user_env())
     assert res.returncode == 0, res.stderr
-    import uniccl._status as st
+    import uniccl.observability.status as st
 
     root = Path(st.jobs_root())
     for d in (root.parent, root, max(root.iterdir(), key=lambda p: p.stat().st_mtime)):

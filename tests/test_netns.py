@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from _netns import netns_cluster  # noqa: F401  (fixture)
-from uniccl._cluster import Node
-from uniccl import _ssh
+from uniccl.launch.cluster import Node
+from uniccl.launch import ssh as _ssh
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "10.77.0.9"      # in the bridge's subnet, nobody there

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from _launch import WORKERS, pid_alive, rank_counts
-from uniccl import _agent, _run
+from uniccl.launch import agent as _agent, run as _run
 
 PROBE = str(WORKERS / "run_probe.py")
 

@@ -1,4 +1,4 @@
-"""The shared-memory collective engine (uniccl._shm) on its own, in real processes:
+"""The shared-memory collective engine (uniccl.transport.shm._shm) on its own, in real processes:
 every collective against numpy at 2-4 ranks with single-copy reads and with slot
 copies; dead, slow and misbehaving peers; no segment left in /dev/shm."""
 from __future__ import annotations
@@ -160,7 +160,7 @@ def _two_ranks(name, slot=4096 * 8):
     """Both ranks of a 2-rank segment in this process (drive them from two threads:
     every call releases the GIL)."""
     import uniccl_cpu
-    from uniccl._shm import ShmEngine
+    from uniccl.transport.shm._shm import ShmEngine
 
     fn = uniccl_cpu.uniccl_host_reduce_kernel()
     e0 = ShmEngine(name, 0, 2, True, slot, fn, 20.0)
@@ -218,7 +218,7 @@ def test_threads_in_one_process_and_fork_safety(prefix):
 
 def test_bad_construction_arguments():
     from uniccl._errors import InternalError, InvalidArgument
-    from uniccl._shm import ShmEngine
+    from uniccl.transport.shm._shm import ShmEngine
 
     name = f"/uniccl-test-{os.getpid()}-{secrets.token_hex(3)}-args"
     for args, what in [(("noslash", 0, 1, True, 4096, 0, 0), "name"),
@@ -247,7 +247,7 @@ def test_orphaned_segment_of_a_dead_creator_is_swept(tmp_path):
     next job's rank 0 removes segments whose creator pid is dead (and only those)."""
     import subprocess
 
-    from uniccl._shm_attach import sweep_orphans
+    from uniccl.transport.shm.attach import sweep_orphans
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 from uniccl import InvalidArgument
-from uniccl._cluster import Node, assign_ranks, load_cluster, parse_hostfile, parse_hosts
-from uniccl import _ssh
-from uniccl._ssh import remote_command, ssh_argv
+from uniccl.launch.cluster import Node, assign_ranks, load_cluster, parse_hostfile, parse_hosts
+from uniccl.launch import ssh as _ssh
+from uniccl.launch.ssh import remote_command, ssh_argv
 
 HOSTILE = ["a b", "it's", 'say "hi"', "$(touch {canary})", "`touch {canary}`", "x; touch {canary}",
            "line1\nline2", "-rf", "--", "", "back\\slash", "*", "~", "$HOME", "${PATH}", "a|b&c>d",

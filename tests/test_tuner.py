@@ -2,7 +2,7 @@
 import pytest
 
 import uniccl
-from uniccl._tuner import Tuner, cost_all_reduce, parse_rules
+from uniccl.comm.tuner import Tuner, cost_all_reduce, parse_rules
 
 
 def test_parse_rules():

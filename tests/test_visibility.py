@@ -206,7 +206,7 @@ def test_report_heatmap_from_shared_memory_transfers(tmp_path):
                          capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, UNICCL_TRANSPORT="shm", UNICCL_TRACE=str(trace)))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    from uniccl import _report
+    from uniccl.tools import report as _report
 
     data = _report.load(str(trace))
     n, m, what = _report.link_matrix(data["stats"], data["traces"])
@@ -278,7 +278,7 @@ def test_report_of_an_empty_directory_names_it(tmp_path):
 @pytest.mark.parametrize("m, k, p", [(0, 5, 0.25), (3, 5, 0.25), (5, 5, 0.25), (9, 12, 0.5), (30, 100, 0.25),
                                      (6, 5, 0.3), (1, 1, 1.0)])
 def test_binomial_tail(m, k, p):
-    from uniccl import _report
+    from uniccl.tools import report as _report
 
     assert _report.binomial_tail(m, k, p) == pytest.approx(_binomial_sf(m, k, p), rel=1e-9, abs=1e-300)
 
@@ -324,7 +324,7 @@ def test_report_does_not_name_a_rank_within_the_timing_noise(tmp_path):
     """Last in 90 % of calls, but by 3 us (clock alignment is good to half a 20 us round trip):
     not a finding; nor is a rank last in 5 of 12 calls, however late (chance: p ~ 0.16 x 4)."""
     pytest.importorskip("matplotlib")
-    from uniccl import _report
+    from uniccl.tools import report as _report
 
     slow = {i for i in range(400) if i % 10 != 0}
     _write_traces(tmp_path / "a", 4, 400, lambda i, r: 1e6 + 1000 * i + r * 0.1 * (r != 2)
@@ -344,7 +344,7 @@ def test_report_does_not_name_a_rank_within_the_timing_noise(tmp_path):
 def test_busbw_plot_is_log_log(tmp_path):
     """The bandwidth plot's axes are both logarithmic; its points are the medians it was given."""
     pytest.importorskip("matplotlib")
-    from uniccl import _report
+    from uniccl.tools import report as _report
 
     bench = [{"collective": "all_reduce", "size": s, "oop_busbw": bw, "ip_busbw": bw}
              for s, bw in [(1024, 0.01), (1 << 20, 1.5), (64 << 20, 9.0), (0, 0.0)]]

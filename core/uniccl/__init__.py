@@ -9,15 +9,14 @@ modules (``_communicator``, ``_algorithms``, ``_plugins`` ...).
 """
 from __future__ import annotations
 
-from ._communicator import UNDEFINED, Communicator
-from ._errors import (InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError,
-                      Timeout, UnicclError, VendorError)
-from ._executor import Work
-from ._group import group
-from ._info import info
-from ._world import init
+from .comm.communicator import UNDEFINED, Communicator
+from ._errors import (InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout, UnicclError, VendorError)
+from .comm.executor import Work
+from .comm.group import group
+from .tools.info import info
+from .comm.world import init
 from ._types import DType, ReduceOp
-from ._uniqueid import UniqueId, get_unique_id
+from .bootstrap.rendezvous import UniqueId, get_unique_id
 from ._version import __version__
 from .hookspecs import UNICCL_PLUGIN_API, hookimpl
 

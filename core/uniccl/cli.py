@@ -7,7 +7,7 @@ import sys
 
 
 def _info(args) -> int:
-    from ._info import all_ranks, format_info, info
+    from .tools.info import all_ranks, format_info, info
 
     if args.all_ranks:
         return all_ranks(args.json)
@@ -17,8 +17,10 @@ def _info(args) -> int:
 
 
 def main(argv=None) -> int:
-    from . import _bench
-    from . import _doctor, _examples, _report, _run, _top, _trace
+    from .tools import bench as _bench
+    from .tools import doctor as _doctor, examples as _examples, report as _report, top as _top
+    from .launch import run as _run
+    from .observability import trace as _trace
 
     from ._version import __version__
 

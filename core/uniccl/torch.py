@@ -24,10 +24,10 @@ from torch.futures import Future
 
 import uniccl
 
-from . import _ring_order
+from .comm import ring_order as _ring_order
 from ._errors import InvalidArgument
-from ._log import logger
-from ._uniqueid import torch_job_host
+from .observability.log import logger
+from .bootstrap.rendezvous import torch_job_host
 
 __all__ = ["ProcessGroupUniccl", "register"]
 

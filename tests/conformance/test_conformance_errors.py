@@ -54,8 +54,8 @@ def test_foreign_pointer_is_rejected_by_name(backend):
 
 def _single():
     """A one-rank TCP transport (no MPI, no launcher)."""
-    from uniccl._tcp import Mesh, TCPTransport, derive_context
-    from uniccl._uniqueid import get_unique_id
+    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
+    from uniccl.bootstrap.rendezvous import get_unique_id
 
     uid = get_unique_id(30)
     return TCPTransport(Mesh(uid, 0, 1, 30), [0], derive_context(7, 0, 0))

@@ -4,7 +4,7 @@ stand-in over a separate uniccl communicator's control channel."""
 from __future__ import annotations
 
 import uniccl
-from uniccl._select import bootstrap
+from uniccl.bootstrap.select import bootstrap
 
 
 class _UnicclWorld:

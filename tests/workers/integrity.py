@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 import uniccl
-from uniccl._faults import Faults
+from uniccl.reliability.faults import Faults
 
 comm = uniccl.init()
 mesh = comm._t.mesh

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 import uniccl
-from uniccl._tcp import host_key
+from uniccl.transport.tcp import host_key
 
 comm = uniccl.init()
 r, n = comm.rank, comm.size

@@ -1,4 +1,4 @@
-"""Worker for tests/test_shm.py: the shared-memory engine (uniccl._shm) on its own.
+"""Worker for tests/test_shm.py: the shared-memory engine (uniccl.transport.shm._shm) on its own.
 
     mpiexec -n N python shm_engine.py matrix --prefix /uniccl-test-...
         every collective x dtype x op x size, in and out of place, against numpy, on
@@ -35,7 +35,7 @@ import numpy as np
 
 import uniccl_cpu
 from uniccl._errors import InternalError, InvalidArgument, RemoteError, Timeout
-from uniccl._shm import DEFAULT_SLOT_BYTES, ShmEngine
+from uniccl.transport.shm._shm import DEFAULT_SLOT_BYTES, ShmEngine
 from uniccl._types import DType, numpy_dtype
 
 from _data import compare, make_input

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 import uniccl
-from uniccl._faults import Faults
+from uniccl.reliability.faults import Faults
 
 comm = uniccl.init()
 r, n = comm.rank, comm.size

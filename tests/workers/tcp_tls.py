@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 import uniccl
-from uniccl import _tcp
+from uniccl.transport import tcp as _tcp
 
 mode = sys.argv[1]
 row: dict = {"mode": mode}

@@ -1,0 +1,344 @@
+"""NCCL-style initialisation: ``uid = get_unique_id(); Communicator(uid, rank, size)``.
+
+``get_unique_id`` starts a small rendezvous server in the calling process (as
+``ncclGetUniqueId`` starts its bootstrap root); the id carries its address and
+a random secret.  Each rank proves it knows the secret (HMAC of a server nonce,
+so the secret never crosses the wire), reports its MPI world rank, and gets
+every rank's back.  Inside one MPI job the ranks then form their MPI
+communicator with ``MPI_Comm_create_group`` over just those world ranks;
+otherwise (``uniccl run``'s own launchers, or processes started any other way)
+they connect a TCP mesh among themselves (:mod:`uniccl._tcp`).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import selectors
+import socket
+import struct
+import threading
+import time
+
+from .._env import DEFAULT_TIMEOUT
+from .._errors import InvalidArgument, InvalidUsage, Timeout
+
+UID_BYTES = 128  # as NCCL_UNIQUE_ID_BYTES
+
+
+class UniqueId:
+    """Opaque, picklable id of one rendezvous; ``bytes(uid)`` is 128 bytes."""
+
+    __slots__ = ("host", "port", "secret")
+
+    def __init__(self, host: str, port: int, secret: bytes):
+        self.host, self.port, self.secret = host, port, secret
+
+    def __bytes__(self) -> bytes:
+        host = self.host.encode()
+        raw = struct.pack("!HH", self.port, len(host)) + host + self.secret
+        return raw.ljust(UID_BYTES, b"\0")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "UniqueId":
+        try:
+            port, hlen = struct.unpack_from("!HH", raw)
+            host = raw[4:4 + hlen].decode()
+            secret = raw[4 + hlen:4 + hlen + 32]
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise InvalidArgument(f"not a uniccl unique id: {exc}", op="init", argument="uid") from None
+        if len(raw) != UID_BYTES or len(secret) != 32:
+            raise InvalidArgument(f"a unique id has {UID_BYTES} bytes, got {len(raw)}", op="init", argument="uid")
+        return cls(host, port, secret)
+
+    def __reduce__(self):
+        return (UniqueId.from_bytes, (bytes(self),))
+
+    def __repr__(self):
+        return f"<uniccl.UniqueId {self.host}:{self.port}>"
+
+
+def _host_address() -> str:
+    host = os.environ.get("UNICCL_HOST_ADDR")
+    if host:
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _send(sock, obj) -> None:
+    data = json.dumps(obj).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv(sock):
+    head = _recv_exact(sock, 4)
+    return json.loads(_recv_exact(sock, struct.unpack("!I", head)[0]))
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+# Limits that keep the rendezvous serving the job whatever else connects to its port (any
+# local user can): a client that has not proved the secret within HANDSHAKE_S, or sends a
+# frame over MAX_FRAME bytes or anything malformed, is dropped without effect on the job.
+HANDSHAKE_S = 10.0
+MAX_FRAME = 1 << 20  # a rank's payload is a few hundred bytes of JSON
+MAX_PENDING = 512  # unauthenticated connections held at once (more: the oldest are dropped)
+
+
+def bind_address(host: str) -> str:
+    """Listen only where the ranks reach us: on the advertised address (loopback for a job of
+    one host), or on every interface when that address is not one of this machine's (NAT)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+        return host
+    except OSError:
+        return ""
+
+
+def torch_job_host() -> str | None:
+    """Loopback when torch's launcher says every rank of the job is on this host
+    (LOCAL_WORLD_SIZE == WORLD_SIZE, as torchrun sets them): its rendezvous then listens
+    there only; None (this host's address) otherwise."""
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    return "127.0.0.1" if local and local == world and not os.environ.get("UNICCL_HOST_ADDR") else None
+
+
+def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) -> UniqueId:
+    """Start a rendezvous for one communicator; share the result with every rank.
+
+    ``host``: the address the ranks reach it at (default $UNICCL_HOST_ADDR, else this
+    host's); it listens on that address only."""
+    host = host or _host_address()
+    sock = socket.create_server((bind_address(host), 0), backlog=128)
+    uid = UniqueId(host, sock.getsockname()[1], secrets.token_bytes(32))
+    threading.Thread(target=_Server(sock, uid.secret, timeout).serve, daemon=True,
+                     name="uniccl-rendezvous").start()
+    return uid
+
+
+class _Conn:
+    """One client of the rendezvous: its socket, what it has sent so far, its deadline."""
+
+    __slots__ = ("sock", "nonce", "inbuf", "outbuf", "deadline", "rank", "payload")
+
+    def __init__(self, sock, nonce: str, deadline: float):
+        self.sock, self.nonce, self.deadline = sock, nonce, deadline
+        self.inbuf = bytearray()
+        self.outbuf = bytearray(_frame({"nonce": nonce}))
+        self.rank = self.payload = None  # set once it has proved the secret
+
+
+def _frame(obj) -> bytes:
+    data = json.dumps(obj).encode()
+    return struct.pack("!I", len(data)) + data
+
+
+class _Server:
+    """The rendezvous of one unique id, serving every client at once from one thread (a
+    selector, non-blocking sockets): nothing a client does or fails to do holds up another."""
+
+    def __init__(self, sock, secret: bytes, timeout: float):
+        self.sock, self.secret = sock, secret
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.size = None
+        self.ranks: dict[int, _Conn] = {}  # rank -> its authenticated connection
+        self.sel = selectors.DefaultSelector()
+
+    def serve(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # never silently: a rank then times out with this reason logged
+            from ..observability.log import logger
+
+            logger.warning("uniccl rendezvous stopped: %r", exc)
+        finally:
+            self.sel.close()
+            self.sock.close()
+
+    def _loop(self) -> None:
+        self.sock.setblocking(False)
+        self.sel.register(self.sock, selectors.EVENT_READ, None)
+        while self.size is None or len(self.ranks) < self.size:
+            now = time.monotonic()
+            if now >= self.deadline:
+                missing = sorted(set(range(self.size or 0)) - set(self.ranks))
+                self._answer_all({"error": f"ranks {missing} did not join within {self.timeout:.0f} s"})
+                return
+            for conn in [k.data for k in list(self.sel.get_map().values()) if k.data is not None]:
+                if conn.rank is None and now >= conn.deadline:
+                    self._drop(conn)  # a slow or silent client: its time is up
+            wait = min([self.deadline - now] + [c.deadline - now for c in self._pending()])
+            for key, events in self.sel.select(max(0.0, min(wait, 1.0))):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._service(key.data, events)
+        table = [self.ranks[r].payload for r in range(self.size)]
+        self._answer_all({"table": table})
+
+    def _pending(self) -> list:
+        return [k.data for k in self.sel.get_map().values() if k.data is not None and k.data.rank is None]
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.sock.accept()
+        except OSError:
+            return
+        pending = self._pending()
+        if len(pending) >= MAX_PENDING:  # a flood: the oldest unproved client makes room
+            self._drop(min(pending, key=lambda c: c.deadline))
+        sock.setblocking(False)
+        conn = _Conn(sock, secrets.token_hex(16), min(self.deadline, time.monotonic() + HANDSHAKE_S))
+        self.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+
+    def _drop(self, conn: _Conn, answer=None) -> None:
+        """Forget ``conn``; tell it ``answer`` first (a best-effort reply, never waited on)."""
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        if answer is not None:
+            try:
+                conn.sock.send(_frame(answer))  # non-blocking: a client that does not read loses it
+            except OSError:
+                pass
+        conn.sock.close()
+
+    def _service(self, conn: _Conn, events: int) -> None:
+        try:
+            if events & selectors.EVENT_WRITE and conn.outbuf:
+                sent = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:sent]
+                if not conn.outbuf:
+                    self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            if events & selectors.EVENT_READ:
+                chunk = conn.sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                if conn.rank is not None:
+                    raise ConnectionError("an authenticated rank sends nothing more")
+                conn.inbuf += chunk
+                if len(conn.inbuf) >= 4:
+                    (length,) = struct.unpack_from("!I", conn.inbuf)
+                    if length > MAX_FRAME:
+                        raise ValueError(f"frame of {length} bytes")
+                    if len(conn.inbuf) >= 4 + length:
+                        self._hello(conn, json.loads(conn.inbuf[4:4 + length]))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            if conn.rank is not None:  # a joined rank went away: it will not get the table
+                from ..observability.log import logger
+
+                logger.warning("uniccl rendezvous: rank %d left before every rank joined: %r", conn.rank, exc)
+                del self.ranks[conn.rank]
+            self._drop(conn)
+
+    def _hello(self, conn: _Conn, msg) -> None:
+        """A client's one message: the proof, its rank and size, its payload.  A wrong proof
+        or shape drops it; a proved rank with a wrong size or a rank taken is told why."""
+        if not isinstance(msg, dict):
+            raise ValueError("not a JSON object")
+        expect = hmac.new(self.secret, conn.nonce.encode(), hashlib.sha256).hexdigest()
+        proof = msg.get("proof")
+        if not isinstance(proof, str) or not hmac.compare_digest(proof.encode(), expect.encode()):
+            self._drop(conn, {"error": "wrong unique id secret"})  # no effect on the job
+            return
+        rank, nranks = msg.get("rank"), msg.get("size")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, nranks)) \
+                or not 0 <= rank < nranks or "payload" not in msg:
+            self._refuse(conn, f"malformed join (rank {rank!r}, size {nranks!r})")
+            return
+        if self.size is not None and nranks != self.size:
+            self._refuse(conn, f"rank {rank} passed size {nranks}, others passed {self.size}")
+            return
+        if rank in self.ranks:
+            self._refuse(conn, f"rank {rank} joined twice")
+            return
+        self.size = nranks
+        conn.rank, conn.payload = rank, msg["payload"]
+        self.ranks[rank] = conn
+
+    def _refuse(self, conn: _Conn, why: str) -> None:
+        self._drop(conn, {"error": why})
+
+    def _answer_all(self, obj) -> None:
+        """The table (or the error) to every joined rank, each within HANDSHAKE_S."""
+        for conn in self.ranks.values():
+            try:
+                self.sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.setblocking(True)
+            conn.sock.settimeout(HANDSHAKE_S)
+            _reply(conn.sock, obj)
+
+
+def _reply(conn, obj) -> None:
+    try:
+        _send(conn, obj)
+    except OSError:
+        pass
+    conn.close()
+
+
+def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> list:
+    """Join the rendezvous; return every rank's payload, indexed by rank."""
+    deadline = time.monotonic() + timeout
+    while True:  # the server may not be listening yet on a slow start, or may have shed us in a flood
+        try:
+            sock = socket.create_connection((uid.host, uid.port), timeout=5)
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise Timeout(f"cannot reach the rendezvous at {uid.host}:{uid.port}: {exc}",
+                              op="init", rank=rank) from None
+            time.sleep(0.05)
+            continue
+        with sock:
+            sock.settimeout(max(1.0, min(HANDSHAKE_S, deadline - time.monotonic())))
+            try:
+                nonce = _recv(sock)["nonce"]
+            except (OSError, ValueError, KeyError):  # dropped before the handshake began: again
+                if time.monotonic() > deadline:
+                    raise Timeout(f"the rendezvous at {uid.host}:{uid.port} did not answer within "
+                                  f"{timeout:.0f} s", op="init", rank=rank) from None
+                time.sleep(0.05)
+                continue
+            try:
+                proof = hmac.new(uid.secret, nonce.encode(), hashlib.sha256).hexdigest()
+                _send(sock, {"proof": proof, "rank": rank, "size": size, "payload": payload})
+                sock.settimeout(max(1.0, deadline - time.monotonic()))
+                answer = _recv(sock)
+            except socket.timeout:
+                raise Timeout(f"rendezvous at {uid.host}:{uid.port} did not complete within {timeout:.0f} s",
+                              op="init", rank=rank) from None
+            except (OSError, ValueError) as exc:
+                raise InvalidUsage(f"the rendezvous at {uid.host}:{uid.port} closed the connection: {exc}",
+                                   op="init", rank=rank) from None
+        break
+    if "error" in answer:
+        raise InvalidUsage(f"rendezvous failed: {answer['error']}", op="init", rank=rank)
+    return answer["table"]
+
+
+def init_wait(timeout: float | None) -> float:
+    """Seconds the set-up may wait for the other ranks, from a communicator's ``timeout``:
+    None the default, 0 no limit (as for calls; 1e9 s, the largest timeout accepted)."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    return 1e9 if timeout == 0 else timeout
+
+

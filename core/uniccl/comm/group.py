@@ -1,0 +1,100 @@
+"""``with uniccl.group():`` — NCCL group semantics.
+
+Operations issued inside the block are only recorded; at the end of the
+outermost block every point-to-point transfer is started at once (so matching
+send/recv pairs in any order cannot deadlock), then the collectives run in issue
+order, then the transfers are completed.  Each call in the block returns a
+``Work`` that is completed when the group ends.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from .._errors import InvalidUsage
+from .executor import Work
+
+_state = threading.local()
+_open = 0  # groups open in any thread: lets current() skip the thread-local lookup
+
+
+class _Group:
+    def __init__(self):
+        self.items: list = []  # (comm, plan, work)
+
+    def add(self, comm, plan) -> Work:
+        work = Work(plan.name)
+        self.items.append((comm, plan, work))
+        return work
+
+    def run(self) -> None:
+        for comm in {id(c): c for c, _, _ in self.items}.values():
+            comm._executor.drain()  # earlier async work first: issue order
+        started = []
+        # device-buffer transfers go to the vendor library between its group start and end,
+        # like ncclGroupStart/End around ncclSend/ncclRecv
+        natives = list({id(p.native): p.native for _, p, _ in self.items if p.p2p and p.native}.values())
+        for lib in natives:
+            lib.group_start()
+        try:
+            for comm, plan, work in self.items:
+                if plan.p2p:
+                    t0 = comm._p2p_begin(plan)  # counted, traced and recorded like any call
+                    try:
+                        started.append((comm, plan, work, plan.post(), t0))
+                    except BaseException as exc:
+                        work._finish(error=comm._p2p_end(plan, t0, exc))
+        finally:
+            for lib in natives:
+                lib.group_end()
+        for comm, plan, work in self.items:
+            if not plan.p2p:
+                try:
+                    work._finish(result=comm._execute(plan))
+                except BaseException as exc:
+                    work._finish(error=exc)
+        for comm, plan, work, req, t0 in started:
+            try:
+                comm._p2p_timeout(plan)  # each transfer waits as long as its own timeout= says
+                plan.finish(req)
+            except BaseException as exc:
+                work._finish(error=comm._p2p_end(plan, t0, exc))
+            else:
+                comm._p2p_end(plan, t0)
+                work._finish(result=None)
+        errors = [w._error for _, _, w in self.items if w._error is not None]
+        if errors:
+            raise errors[0]
+
+    def discard(self) -> None:
+        for _, plan, work in self.items:
+            work._finish(error=InvalidUsage("the group block raised before it ended; nothing was run",
+                                            op=plan.name))
+
+
+def current() -> _Group | None:
+    if not _open:
+        return None
+    stack = getattr(_state, "stack", None)
+    return stack[0] if stack else None
+
+
+@contextlib.contextmanager
+def group():
+    """Batch operations like ncclGroupStart/ncclGroupEnd (nestable)."""
+    global _open
+    stack = _state.__dict__.setdefault("stack", [])
+    stack.append(_Group() if not stack else stack[0])
+    _open += 1
+    try:
+        yield
+    except BaseException:
+        if len(stack) == 1:
+            stack[0].discard()
+        raise
+    else:
+        if len(stack) == 1:
+            stack[0].run()
+    finally:
+        _open -= 1
+        stack.pop()

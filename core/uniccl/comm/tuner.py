@@ -1,0 +1,126 @@
+"""Choose transport and algorithm per (collective, bytes, ranks, topology).
+
+Rules, in order:
+1. ``UNICCL_TRANSPORT=shm|mpi|tcp`` forces the transport (shm only where all
+   ranks share a host and the engine could attach; mpi or tcp only when the
+   communicator was bootstrapped by that one: MPI launchers give MPI,
+   ``uniccl run``'s own launchers and unique ids outside MPI give TCP).
+2. ``UNICCL_ALGO="all_reduce:ring;broadcast:tree"`` forces algorithms (``*`` = any).
+3. Otherwise ranks on one host use the shared-memory engine; across hosts the
+   point-to-point transport (MPI or TCP) runs the algorithm the alpha-beta-gamma cost model predicts
+   fastest, with constants measured on the reference machine (see
+   docs/performance.md for the command that measures them).
+Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import _env
+from .._errors import InvalidArgument
+from ..observability.log import logger
+
+_P2P = {
+    "all_reduce": ("ring", "recursive_doubling"),
+    "reduce": ("tree",),
+    "broadcast": ("tree",),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "all_to_all": ("pairwise",),
+    "gather": ("linear",),
+    "scatter": ("linear",),
+}
+ALGORITHMS = {
+    "mpi": _P2P,
+    "tcp": _P2P,
+    "shm": {c: ("shm",) for c in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter",
+                                   "all_to_all", "gather", "scatter")},
+}
+
+# Measured cost constants of the MPI transport (seconds, seconds per byte): latency of
+# one message, transfer and reduction cost per byte.  Only ratios matter for choices.
+ALPHA, BETA, GAMMA = 6e-6, 1 / 4e9, 1 / 12e9
+
+
+class Choice(NamedTuple):
+    transport: str
+    algorithm: str
+    why: str
+
+
+def parse_rules(spec: str) -> dict:
+    """``"all_reduce:ring;*:shm"`` -> ``{"all_reduce": "ring", "*": "shm"}``."""
+    rules = {}
+    for part in filter(None, (p.strip() for p in spec.replace(",", ";").split(";"))):
+        coll, sep, algo = part.partition(":")
+        if not sep or not algo.strip():
+            raise InvalidArgument(f"UNICCL_ALGO rule {part!r} is not 'collective:algorithm'", op="init",
+                                  argument="UNICCL_ALGO")
+        rules[coll.strip()] = algo.strip()
+    return rules
+
+
+def cost_all_reduce(algorithm: str, nbytes: int, n: int) -> float:
+    if algorithm == "recursive_doubling":
+        steps = math.ceil(math.log2(n)) + (2 if n & (n - 1) else 0)
+        return steps * (ALPHA + nbytes * (BETA + GAMMA))
+    # ring: 2(n-1) steps of nbytes/n each, reduction on half of them
+    return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * nbytes * BETA + (n - 1) / n * nbytes * GAMMA
+
+
+class Tuner:
+    def __init__(self, size: int, p2p: str, shm_ready: bool, shm_reason: str = ""):
+        """``p2p``: the communicator's point-to-point transport, "mpi" or "tcp"."""
+        self.size, self.p2p = size, p2p
+        forced = _env.choice("UNICCL_TRANSPORT") or ""  # shm, mpi or tcp (InvalidArgument otherwise)
+        if size < 2:
+            forced = ""  # nothing to transport: any forced choice is moot
+        if forced in ("mpi", "tcp") and forced != p2p:
+            raise InvalidArgument(f"UNICCL_TRANSPORT={forced} but this communicator was bootstrapped over {p2p} "
+                                  f"({'an MPI launcher' if p2p == 'mpi' else 'uniccl run or a unique id'})",
+                                  op="init", argument="UNICCL_TRANSPORT")
+        if forced == "shm" and not shm_ready:
+            raise InvalidArgument(f"UNICCL_TRANSPORT=shm but the shared-memory engine is not usable: "
+                                  f"{shm_reason}", op="init", argument="UNICCL_TRANSPORT")
+        if size < 2:
+            self.transport, self.transport_why = "local", "a single rank"
+        elif forced:
+            self.transport, self.transport_why = forced, f"UNICCL_TRANSPORT={forced}"
+        elif shm_ready:
+            self.transport, self.transport_why = "shm", "all ranks on one host"
+        else:
+            self.transport, self.transport_why = p2p, shm_reason or "ranks span hosts"
+        self.rules = parse_rules(_env.text("UNICCL_ALGO"))
+        for coll, algo in self.rules.items():
+            known = {a for t in ALGORITHMS.values() for c, algos in t.items() if coll in (c, "*") for a in algos}
+            if algo not in known:
+                raise InvalidArgument(f"UNICCL_ALGO: unknown algorithm {algo!r} for {coll!r}; known: "
+                                      f"{', '.join(sorted(known)) or 'none (unknown collective)'}",
+                                      op="init", argument="UNICCL_ALGO")
+        self._cache: dict = {}
+
+    def choose(self, coll: str, nbytes: int) -> Choice:
+        key = (coll, nbytes.bit_length())  # one decision per power-of-two size bucket
+        choice = self._cache.get(key)
+        if choice is None:
+            choice = self._cache[key] = self._decide(coll, nbytes)
+            logger.info("%s %d B on %d ranks: transport %s (%s), algorithm %s (%s)", coll, nbytes, self.size,
+                        choice.transport, self.transport_why, choice.algorithm, choice.why)
+        return choice
+
+    def _decide(self, coll: str, nbytes: int) -> Choice:
+        forced = self.rules.get(coll) or self.rules.get("*")
+        if forced:
+            transport = next((t for t in (self.transport, self.p2p) if forced in ALGORITHMS[t][coll]), None)
+            if transport is not None:
+                return Choice(transport, forced, f"UNICCL_ALGO {coll}:{forced}")
+        options = ALGORITHMS[self.transport][coll]
+        if self.transport == "shm":
+            return Choice("shm", "shm", "native shared-memory engine, pipelined through cache-sized slots")
+        if coll == "all_reduce":
+            costs = {a: cost_all_reduce(a, nbytes, self.size) for a in ("ring", "recursive_doubling")}
+            best = min(costs, key=costs.get)
+            detail = ", ".join(f"{a} {c * 1e6:.1f} us" for a, c in sorted(costs.items(), key=lambda kv: kv[1]))
+            return Choice(self.p2p, best, f"cost model: {detail}")
+        return Choice(self.p2p, options[0], "the only point-to-point algorithm for it")

@@ -1,0 +1,171 @@
+"""Live status files for ``uniccl top``: with ``UNICCL_STATUS_DIR`` set (``uniccl run`` sets it
+for every job, under ``/tmp/uniccl-<uid>/jobs/``), each process rewrites
+``<dir>/rank-<rank>.json`` twice a second from a background thread: the call each of its
+communicators is in (operation, sequence number, for how long), calls done, bus bandwidth,
+the peer a TCP wait is waiting on, retransmissions.  Nothing runs on the call path.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import weakref
+
+from .. import _env
+from . import flight as _fl
+from .. import _safefs
+from . import telemetry as _tel
+
+INTERVAL = 0.5
+_writer = None
+_lock = threading.Lock()
+
+
+def directory() -> str | None:
+    return _env.path("UNICCL_STATUS_DIR")
+
+
+def jobs_root() -> str:
+    return os.path.join(tempfile.gettempdir(), f"uniccl-{os.getuid()}", "jobs")
+
+
+def new_job_dir(keep: int = 20) -> str:
+    """A fresh directory for one job's status files (made by the launcher); the oldest beyond
+    the newest ``keep`` are removed.  ``$TMPDIR/uniccl-<uid>`` and its ``jobs`` are checked
+    to be this user's alone first (another user may have planted them, or links in them)."""
+    root = jobs_root()
+    _safefs.private_dir(os.path.dirname(root), "status directory")
+    _safefs.private_dir(root, "status directory")
+    path = os.path.join(root, time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+    _safefs.private_dir(path, "status directory")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        ages = {}
+        for d in os.listdir(fd):
+            if d != os.path.basename(path):
+                try:
+                    ages[d] = os.lstat(d, dir_fd=fd).st_mtime
+                except OSError:
+                    continue
+    finally:
+        os.close(fd)
+    old = sorted(ages, key=ages.get)
+    _safefs.remove_entries(root, old[:max(0, len(old) - keep + 1)])
+    return path
+
+
+def watch(comm) -> None:
+    """Include ``comm`` in this process's status file (started with the first communicator)."""
+    global _writer
+    path = directory()
+    if path is None:
+        return
+    with _lock:
+        if _writer is None:
+            _writer = _Writer(path, comm.rank)
+            threading.Thread(target=_writer.run, daemon=True, name="uniccl-status").start()
+            atexit.register(_writer.exit)
+        _writer.comms.append([weakref.ref(comm), None, None])
+
+
+def closed(comm) -> None:
+    """``comm`` was destroyed: its final counts stay in the status file, written now (a
+    finished job reads as finished in ``uniccl top``, not as a rank that fell behind)."""
+    w = _writer
+    if w is not None and w.pid == os.getpid():
+        w.close(comm)
+
+
+class _Writer:
+    def __init__(self, path: str, rank: int):
+        self.path, self.rank = path, rank
+        # [weak reference, its final status once destroyed (else None), its last status written]
+        self.comms: list = []
+        self.prev: dict = {}  # communicator name -> (time, bus bytes) at the last write
+        self.exited = False
+        self.pid = os.getpid()
+        self._write_lock = threading.Lock()  # the thread, destroy() and exit all write
+
+    def run(self) -> None:
+        while not self.exited:
+            self.write()
+            time.sleep(INTERVAL)
+
+    def write(self) -> None:
+        try:
+            with self._write_lock:
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
+                target = os.path.join(self.path, f"rank-{self.rank}.json")
+                _safefs.write_file(target, json.dumps(self.snapshot()))  # never through a planted link
+        except Exception:  # a status file is never worth failing the job for
+            pass
+
+    def close(self, comm) -> None:
+        now = time.time()
+        for item in self.comms:
+            if item[0]() is comm and item[1] is None:
+                item[1] = self._comm(comm, now)
+                item[1]["destroyed"] = True
+        self.write()
+
+    def exit(self) -> None:
+        """At interpreter exit: the last status, marked exited (not a forked child's exit: the
+        file is its parent's)."""
+        if os.getpid() != self.pid:
+            return
+        for item in self.comms:
+            c = item[0]()
+            if item[1] is None and c is not None:
+                item[1] = self._comm(c, time.time())
+        self.exited = True
+        self.write()
+
+    def snapshot(self) -> dict:
+        now = time.time()
+        comms = []
+        for item in list(self.comms):
+            ref, final, last = item
+            c = ref() if final is None else None
+            if final is not None:
+                comms.append(final)
+            elif c is not None:
+                item[2] = self._comm(c, now)
+                comms.append(item[2])
+            elif last is not None:  # collected without destroy(): as it was last seen
+                item[1] = dict(last, destroyed=True)
+                comms.append(item[1])
+        done = bool(comms) and all(c.get("destroyed") for c in comms)
+        state = "exited" if self.exited else "finished" if done else "running"
+        return {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "time": now,
+                "state": state, "comms": comms}
+
+    def _comm(self, c, now: float) -> dict:
+        out = {"name": c._name, "rank": c.rank, "size": c.size, "transport": c._tuner.transport,
+               "calls": c._seq, "destroyed": c._destroyed}
+        entries = c._flight.entries
+        last = entries[-1] if entries else None
+        if last is not None:
+            state = last[_fl.STATE]
+            out["op"], out["seq"], out["state"] = last[_fl.OP], last[_fl.SEQ], state
+            since = last[_fl.T_START] if state == "started" else last[_fl.T_END] or last[_fl.T_ENQ]
+            out["for_s"] = max(0.0, now - since) if since else None
+            if last[_fl.ERROR]:
+                out["error"] = last[_fl.ERROR]
+        t = c._telemetry
+        if t is not None:  # bus bytes moved since the last write, over the time since then
+            bus = sum(s.nbytes * _tel.bus_factor(op, c.size) for (op, _), s in list(t.ops.items()))
+            t0, b0 = self.prev.get(id(c), (now, bus))
+            self.prev[id(c)] = (now, bus)
+            out["busbw_GBps"] = (bus - b0) / (now - t0) / 1e9 if now > t0 else 0.0
+        mesh = getattr(c._t, "mesh", None)
+        if mesh is not None:
+            out["retransmits"] = mesh.stats["retransmits"] + mesh.stats["retransmit_requests"]
+            waiting = mesh.waiting
+            if waiting is not None and waiting[0] in c._t.members:
+                out["waiting_on"] = c._t.members.index(waiting[0])
+                out["waiting_s"] = max(0.0, time.monotonic() - waiting[1])
+        return out
