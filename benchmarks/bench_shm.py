@@ -75,9 +75,9 @@ def iterations(nbytes: int, quick: bool) -> tuple[int, int]:
 
 def worker(args) -> int:
     import numpy as np
+    import uniccl_cpu
     from mpi4py import MPI
 
-    import uniccl_cpu
     from uniccl.transport.shm._shm import DEFAULT_SLOT_BYTES, ShmEngine
 
     world = MPI.COMM_WORLD

@@ -8,7 +8,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import _chaos  # noqa: E402
+import _chaos
 
 
 def main() -> int:

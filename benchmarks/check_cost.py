@@ -19,9 +19,9 @@ import statistics
 import sys
 
 import numpy as np
+from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 
 import uniccl
-from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 
 nbytes = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
 calls = int(sys.argv[2]) if len(sys.argv) > 2 else 4000

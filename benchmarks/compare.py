@@ -372,6 +372,7 @@ def plot(table, args):
         return False
     mpl.use("Agg")
     import matplotlib.pyplot as plt
+
     from uniccl.tools.bench import format_size
 
     cols = min(3, len(args.collectives))

@@ -7,7 +7,6 @@ and the ratios; the per-call overhead of uniccl's Python layer is what it shows
 (with one rank NCCL moves no data between GPUs).  Also checks a torch CUDA tensor
 (DLPack, the tensor's stream honoured) through the native and staged paths.
 """
-import ctypes
 import os
 import statistics
 import sys
@@ -16,8 +15,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "conformance"))
-import uniccl  # noqa: E402
-from _platform import DeviceArray  # noqa: E402
+from _platform import DeviceArray
+
+import uniccl
 
 
 def timed(fn, sync, iters):

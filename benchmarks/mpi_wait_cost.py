@@ -6,7 +6,13 @@ uniccl polls its requests against the deadline; with timeout=0 it calls MPI_Wait
 all_reduce of 8 B and 1 MiB, the two arms in alternating blocks, three blocks each; rank 0
 prints each arm's per-call median in microseconds and the blocks' values.
 """
-import time, sys, numpy as np, uniccl, statistics
+import statistics
+import time
+
+import numpy as np
+
+import uniccl
+
 comm = uniccl.init()
 res = {}
 for size in (8, 1 << 20):

@@ -7,7 +7,6 @@ Every rank draws the same sequence (seeded), so all call the same collective eac
 Rank 0 prints progress every 1000 calls and a summary; exit status 1 on any wrong result or growth.
 """
 import os
-import resource
 import sys
 import time
 

@@ -16,9 +16,9 @@ import statistics
 import sys
 
 import numpy as np
+from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 
 import uniccl
-from _arms import timed_arms, trimmed_mean  # benchmarks/_arms.py (the script's own folder)
 from uniccl.observability.telemetry import Telemetry
 
 calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000

@@ -27,7 +27,7 @@ factor = 2 * (size - 1) / size
 for nbytes, inner in ((1 << 20, 20), (64 << 20, 2)):
     t = torch.ones(nbytes // 4, dtype=torch.float32)
     times = {k: [] for k in groups}
-    for k, g in groups.items():  # warm up
+    for g in groups.values():  # warm up
         dist.all_reduce(t, group=g)
     for _ in range(reps):
         for k, g in groups.items():

@@ -277,7 +277,7 @@ def _compile_wrapped(kind: str, out: Path, cc: str) -> None:
         _rename(o[name], ("inner_cuda", "inner_nccl"))
     _run([cc, *cflags, "-c", "-o", str(o["rt"]), str(SRC_DIR / rt_src)])
     _run([cc, *cflags, "-c", "-o", str(o["ccl"]), str(SRC_DIR / ccl_src)])
-    for prefix, lib in ((rt, k["cudart"]), (ccl, k["nccl"])):
+    for prefix, _lib in ((rt, k["cudart"]), (ccl, k["nccl"])):
         (objs / f"{prefix}.map").write_text(f"{{ global: {prefix}*; uniccl_emu_*; local: *; }};\n")
     _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['cudart']}", f"-Wl,--version-script={objs / (rt + '.map')}",
           "-o", str(lib_dir / k["cudart"]), str(o["cudart_emu"]), str(o["rt"])])

@@ -21,7 +21,7 @@ def rank_counts(default: list[int]) -> list[int]:
     return [n for n in default if str(n) in only.split(",")]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mpiexec() -> list[str]:
     """The mpiexec next to this interpreter (the venv's MPI wheel) or on PATH, with the
     flags its flavour needs to oversubscribe cores and run as root."""

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-
 from _launch import TRANSPORTS, rank_transports, run_ranks
 from workers.bad_input import CASES, NEEDS_TWO
 

@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UNICCL = os.path.join(os.path.dirname(sys.executable), "uniccl")  # the venv's entry point, as a user runs it
 
-from uniccl.tools import bench as _bench
+from uniccl.tools import bench as _bench  # noqa: E402
 
 
 def _dtypes_here():
@@ -389,7 +389,7 @@ class _World:
 
     def all_gather(self, calls, root=None):
         sends = [calls[r][0].copy() for r in range(self.n)]
-        for r, (s, d, *_) in calls.items():
+        for r, (_s, d, *_) in calls.items():
             if root is None or r == root:
                 d[...] = np.concatenate(sends)
 
@@ -399,20 +399,20 @@ class _World:
     def reduce_scatter(self, calls):
         res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
         b = len(res) // self.n
-        for r, (s, d, _) in calls.items():
+        for r, (_s, d, _) in calls.items():
             d[...] = res[r * b:(r + 1) * b]
 
     def all_to_all(self, calls):
         sends = [calls[r][0].copy() for r in range(self.n)]
         b = len(sends[0]) // self.n
-        for r, (s, d) in calls.items():
+        for r, (_s, d) in calls.items():
             d[...] = np.concatenate([sends[j][r * b:(r + 1) * b] for j in range(self.n)])
 
     def scatter(self, calls):
         root = calls[0][2]
         src = calls[root][0].copy()
         b = len(src) // self.n
-        for r, (s, d, _) in calls.items():
+        for r, (_s, d, _) in calls.items():
             d[...] = src[r * b:(r + 1) * b]
 
 

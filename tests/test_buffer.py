@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from uniccl.comm._buffer import as_buffer
 from uniccl._errors import InvalidArgument
 from uniccl._types import DType, dtype_from_name
+from uniccl.comm._buffer import as_buffer
 
 CONTEXT = "[allreduce, rank 3, argument 'recvbuf']"
 INT_FLOAT_DTYPES = [dt for dt in DType if dt != DType.BFLOAT16]

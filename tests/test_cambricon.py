@@ -7,10 +7,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import _emulation
 import numpy as np
 import pytest
 
-import _emulation
 from uniccl import InvalidArgument, VendorError
 from uniccl.kit import DevicePlugin
 

@@ -8,7 +8,6 @@
 """
 import ctypes
 import glob
-import os
 import re
 import shutil
 import subprocess

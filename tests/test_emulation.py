@@ -16,7 +16,7 @@ from ctypes import byref, c_float, c_int, c_size_t, c_void_p
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _emulation import HOSTFN, declare, ncclUniqueId  # noqa: E402
+from _emulation import HOSTFN, declare, ncclUniqueId
 
 # cudaMemcpyKind, statuses, NCCL enums
 H2H, H2D, D2H, D2D, DEFAULT = range(5)
@@ -351,9 +351,8 @@ if __name__ == "__main__":  # rank worker: skip importing pytest
     _worker(sys.argv[1:])
     sys.exit(0)
 
-import pytest  # noqa: E402
-
 import _emulation  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["nvidia", "iluvatar"])
@@ -426,7 +425,7 @@ def _ranks(info, nranks, mode, launch=None, timeout=40, chunk=None, p2p=None, **
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    for rc, out, err in outs:
+    for rc, _out, err in outs:
         assert rc == 0, err[-3000:]
     return [json.loads(out.strip().splitlines()[-1]) if out.strip() else {} for _, out, _ in outs]
 
@@ -650,9 +649,9 @@ def test_copies_all_kinds(emu):
 
 # =================================================================== streams
 def test_stream_order_and_host_funcs(emu):
-    import numpy as np
-
     import threading
+
+    import numpy as np
 
     cu = emu.cudart
     s = c_void_p()

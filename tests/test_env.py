@@ -100,11 +100,11 @@ def test_readme_defaults_are_the_tables(names, meaning):
 
 
 def test_module_defaults_are_the_tables():
+    from uniccl.bootstrap import rendezvous as _uniqueid
     from uniccl.comm import algorithms as _algorithms
     from uniccl.observability import flight as _flight
-    from uniccl.transport.shm import attach as _shm_attach
     from uniccl.reliability import timeout as _timeout
-    from uniccl.bootstrap import rendezvous as _uniqueid
+    from uniccl.transport.shm import attach as _shm_attach
 
     d = {n: v.default for n, v in _env.VARS.items()}
     assert d["UNICCL_CHUNK_BYTES"] == _algorithms.DEFAULT_CHUNK_BYTES
@@ -265,8 +265,8 @@ def test_slot_size_with_a_suffix_reaches_the_engine():
 
 # ------------------------------------------------------------------ no environment reads per call
 def test_calls_do_not_read_the_environment(monkeypatch):
-    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
     from uniccl.bootstrap.rendezvous import get_unique_id
+    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
 
     comm = uniccl.Communicator._over(TCPTransport(Mesh(get_unique_id(30), 0, 1, 30), [0], derive_context(5, 0, 0)),
                                      "cpu")

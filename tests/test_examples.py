@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _launch import pid_alive, rank_counts
+
 from uniccl.tools import examples as _examples
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import pytest
+from _launch import WORKERS
 
 import uniccl
-from _launch import WORKERS
 
 FAULTS = str(WORKERS / "faults.py")
 
@@ -73,8 +73,8 @@ def test_abort_returns_at_once_and_frees_every_peer(transport, tmp_path):
 
 
 def _single():
-    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
     from uniccl.bootstrap.rendezvous import get_unique_id
+    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
 
     return TCPTransport(Mesh(get_unique_id(30), 0, 1, 30), [0], derive_context(7, 0, 0))
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _launch import WORKERS, rank_counts
 
 ROOT = Path(__file__).resolve().parents[1]

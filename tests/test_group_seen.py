@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _launch import WORKERS
 
 GROUP = str(WORKERS / "group_seen.py")

@@ -9,8 +9,8 @@ import sys
 import zlib
 
 import numpy as np
-
 from _launch import WORKERS
+
 from uniccl.transport.shm._shm import crc32c, crc32c_at
 
 WORKER = str(WORKERS / "integrity.py")

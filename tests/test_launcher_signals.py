@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _launch import pid_alive
 from _netns import netns_cluster  # noqa: F401  (the fixture: real sshd hosts in network namespaces)
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _launch import WORKERS
 
 ATTACKER = WORKERS / "rdv_attacker.py"

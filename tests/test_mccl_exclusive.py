@@ -3,11 +3,10 @@ plugin has loaded its MCCL in a process, the other's native collectives are unav
 with the reason, and it stages through host memory instead (tests/emulation kinds metax, moore)."""
 from importlib import metadata
 
+import _emulation
 import pytest
 
-import _emulation
-from uniccl.kit import DevicePlugin
-from uniccl.kit import _dl
+from uniccl.kit import DevicePlugin, _dl
 
 INSTALLED = {ep.name for ep in metadata.entry_points(group="uniccl.plugins")}
 REASON = "MetaX and Moore MCCL share symbol names"

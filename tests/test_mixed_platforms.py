@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "conformance"))
-import _platform  # noqa: E402
-
-from _launch import WORKERS  # noqa: E402
+import _platform
+from _launch import WORKERS
 
 COLLECTIVES = Path(__file__).parent / "conformance" / "workers" / "collectives.py"
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from _launch import WORKERS, mpiexec
 
 

@@ -2,15 +2,15 @@
 (tests/_netns.py; skipped with the reason where that cannot be had)."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from _netns import netns_cluster  # noqa: F401  (fixture)
-from uniccl.launch.cluster import Node
+
 from uniccl.launch import ssh as _ssh
+from uniccl.launch.cluster import Node
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "10.77.0.9"      # in the bridge's subnet, nobody there
@@ -20,7 +20,7 @@ def _nodes(cluster, **kw):
     return [Node(host, ssh_options=list(cluster.ssh_options), **kw) for host in cluster.hosts]
 
 
-def test_check_reachable(netns_cluster, tmp_path):
+def test_check_reachable(netns_cluster, tmp_path):  # noqa: F811
     nodes = _nodes(netns_cluster)
     assert _ssh.check_reachable(nodes, timeout=3) == {}
     # an address nobody answers and a key the servers do not accept: clear reasons, fast
@@ -50,7 +50,7 @@ print(json.dumps({"addr": s.getsockname()[0], "argv": sys.argv[1:], "cwd": os.ge
 """
 
 
-def test_ssh_argv_runs_on_each_namespace(netns_cluster, tmp_path):
+def test_ssh_argv_runs_on_each_namespace(netns_cluster, tmp_path):  # noqa: F811
     args = ["a b", "$(touch canary)", "it's", "x;y", "", "`id`", "line\nbreak"]
     for i, node in enumerate(_nodes(netns_cluster, env={"UC_VALUE": "v $(id) 'q'"},
                                     path_prepend=["/opt/uc bin"])):
@@ -72,7 +72,7 @@ def _tree(root: Path) -> dict:
             if p.is_file()}
 
 
-def test_sync(netns_cluster, tmp_path):
+def test_sync(netns_cluster, tmp_path):  # noqa: F811
     src = tmp_path / "proj"
     (src / "pkg" / "sub dir").mkdir(parents=True)
     (src / "main.py").write_text("print('hi')\n")

@@ -154,8 +154,9 @@ def test_blocking_every_platform_gives_clear_error():
 
 
 def test_backend_is_resolved_to_plain_functions():
-    import uniccl
     import uniccl_cpu
+
+    import uniccl
 
     with uniccl.init() as comm:
         assert comm._backend.reduce is uniccl_cpu.uniccl_reduce

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _launch import WORKERS, pid_alive, rank_counts
-from uniccl.launch import agent as _agent, run as _run
+
+from uniccl.launch import agent as _agent
+from uniccl.launch import run as _run
 
 PROBE = str(WORKERS / "run_probe.py")
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _launch import WORKERS, check_ranks, rank_counts
 
 WORKER = str(WORKERS / "shm_engine.py")
@@ -160,6 +159,7 @@ def _two_ranks(name, slot=4096 * 8):
     """Both ranks of a 2-rank segment in this process (drive them from two threads:
     every call releases the GIL)."""
     import uniccl_cpu
+
     from uniccl.transport.shm._shm import ShmEngine
 
     fn = uniccl_cpu.uniccl_host_reduce_kernel()

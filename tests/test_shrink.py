@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from _launch import WORKERS
 
 import uniccl
-from _launch import WORKERS
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

@@ -14,8 +14,8 @@ import textwrap
 import pytest
 
 from uniccl import InvalidArgument
-from uniccl.launch.cluster import Node, assign_ranks, load_cluster, parse_hostfile, parse_hosts
 from uniccl.launch import ssh as _ssh
+from uniccl.launch.cluster import Node, assign_ranks, load_cluster, parse_hostfile, parse_hosts
 from uniccl.launch.ssh import remote_command, ssh_argv
 
 HOSTILE = ["a b", "it's", 'say "hi"', "$(touch {canary})", "`touch {canary}`", "x; touch {canary}",

@@ -2,7 +2,6 @@
 import re
 
 import pytest
-
 from _launch import TRANSPORTS, check_ranks, rank_transports
 
 

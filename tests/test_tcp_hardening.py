@@ -25,7 +25,6 @@ import threading
 import time
 
 import pytest
-
 from _launch import WORKERS
 
 TCP = {"UNICCL_TRANSPORT": "tcp"}
@@ -120,7 +119,7 @@ def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(n, op, nbytes
         rows = job.rows(lambda rows: len(rows) == n - 1, LIMIT + 60)
         by_rank = {row["rank"]: row for row in rows}
         assert sorted(by_rank) == [r for r in range(n) if r != victim], rows
-        for r, row in by_rank.items():
+        for _r, row in by_rank.items():
             assert row["error"] == "Timeout", row
             assert row["seconds"] < LIMIT + 2, row
             assert row["missing"] == [victim], row

@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-
 from _launch import WORKERS
 
 VIS = str(WORKERS / "visibility.py")

@@ -9,16 +9,25 @@ modules (``_communicator``, ``_algorithms``, ``_plugins`` ...).
 """
 from __future__ import annotations
 
+from ._errors import (
+    InternalError,
+    InvalidArgument,
+    InvalidUsage,
+    PlatformUnavailable,
+    RemoteError,
+    Timeout,
+    UnicclError,
+    VendorError,
+)
+from ._types import DType, ReduceOp
+from ._version import __version__
+from .bootstrap.rendezvous import UniqueId, get_unique_id
 from .comm.communicator import UNDEFINED, Communicator
-from ._errors import (InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout, UnicclError, VendorError)
 from .comm.executor import Work
 from .comm.group import group
-from .tools.info import info
 from .comm.world import init
-from ._types import DType, ReduceOp
-from .bootstrap.rendezvous import UniqueId, get_unique_id
-from ._version import __version__
 from .hookspecs import UNICCL_PLUGIN_API, hookimpl
+from .tools.info import info
 
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 

@@ -17,12 +17,14 @@ def _info(args) -> int:
 
 
 def main(argv=None) -> int:
-    from .tools import bench as _bench
-    from .tools import doctor as _doctor, examples as _examples, report as _report, top as _top
+    from ._version import __version__
     from .launch import run as _run
     from .observability import trace as _trace
-
-    from ._version import __version__
+    from .tools import bench as _bench
+    from .tools import doctor as _doctor
+    from .tools import examples as _examples
+    from .tools import report as _report
+    from .tools import top as _top
 
     parser = argparse.ArgumentParser(prog="uniccl", description="uniccl command-line tools")
     parser.add_argument("--version", action="version", version=f"uniccl {__version__}")

@@ -24,10 +24,10 @@ from torch.futures import Future
 
 import uniccl
 
-from .comm import ring_order as _ring_order
 from ._errors import InvalidArgument
-from .observability.log import logger
 from .bootstrap.rendezvous import torch_job_host
+from .comm import ring_order as _ring_order
+from .observability.log import logger
 
 __all__ = ["ProcessGroupUniccl", "register"]
 
@@ -188,7 +188,7 @@ def _flat(tensors) -> torch.Tensor:
 class ProcessGroupUniccl(dist.ProcessGroup):
     """torch's ProcessGroup interface over one uniccl communicator."""
 
-    def __init__(self, comm: "uniccl.Communicator", rank: int, size: int, order: str | None = None):
+    def __init__(self, comm: uniccl.Communicator, rank: int, size: int, order: str | None = None):
         super().__init__(rank, size)
         self.comm = comm
         self.order = _order(order)

@@ -17,7 +17,7 @@ def autoload() -> None:
         if not _env.flag("UNICCL_TORCH_AUTOLOAD"):
             return
         import uniccl.torch  # noqa: F401  (registers the backend)
-    except Exception as exc:  # noqa: BLE001  (torch must import whatever happens here)
+    except Exception as exc:
         import warnings
 
         warnings.warn(f"uniccl: the torch.distributed backend was not registered: {exc!r}", RuntimeWarning,

@@ -39,7 +39,7 @@ PLATFORMS = ("cpu", *EMULATED)
 REAL: set = set()  # platforms checked on their real SDK and hardware (--uniccl-real), not emulated
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_kernels(platform: str = "nvidia") -> str:
     """The platform's kernel source compiled with g++ for the host (launches run as host
     loops): reduce.cu with host_compat.h, or Cambricon's reduce.mlu with bang_host_compat.h."""
@@ -63,7 +63,7 @@ def host_kernels(platform: str = "nvidia") -> str:
     return str(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def platform_env(name: str) -> dict:
     """Environment variables that select ``name`` (and point it at the emulation)."""
     if name == "cpu" or name in REAL:

@@ -1,6 +1,5 @@
-import pytest
-
 import _platform
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import _platform
-
+import pytest
 from _launch import rank_counts
 
 WORKER = str(Path(__file__).parent / "workers" / "collectives.py")

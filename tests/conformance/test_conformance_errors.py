@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _platform
 import numpy as np
 import pytest
-
-import _platform
 from _platform import DeviceArray
 
 WORKER = str(Path(__file__).parent / "workers" / "errors.py")
@@ -54,8 +53,8 @@ def test_foreign_pointer_is_rejected_by_name(backend):
 
 def _single():
     """A one-rank TCP transport (no MPI, no launcher)."""
-    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
     from uniccl.bootstrap.rendezvous import get_unique_id
+    from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
 
     uid = get_unique_id(30)
     return TCPTransport(Mesh(uid, 0, 1, 30), [0], derive_context(7, 0, 0))

@@ -2,7 +2,6 @@
 import ml_dtypes
 import numpy as np
 import pytest
-
 from _platform import DeviceArray
 
 DTYPES = {0: np.int8, 1: np.uint8, 2: np.int32, 3: np.uint32, 4: np.int64, 5: np.uint64, 6: np.float16,

@@ -1,7 +1,6 @@
 """Memory, copies, streams and events of the platform, through its hooks."""
 import numpy as np
 import pytest
-
 from _platform import DeviceArray
 
 H2H, H2D, D2H, D2D = 0, 1, 2, 3

@@ -11,10 +11,10 @@ import sys
 import traceback
 
 import numpy as np
+from _data import ALL_DTYPES, OPS, compare, make_input
 from mpi4py import MPI
 
 import uniccl
-from _data import ALL_DTYPES, OPS, compare, make_input
 from uniccl._types import DType, numpy_dtype
 
 REDUCING = {"all_reduce", "reduce", "reduce_scatter"}

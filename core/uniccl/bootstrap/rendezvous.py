@@ -42,7 +42,7 @@ class UniqueId:
         return raw.ljust(UID_BYTES, b"\0")
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "UniqueId":
+    def from_bytes(cls, raw: bytes) -> UniqueId:
         try:
             port, hlen = struct.unpack_from("!HH", raw)
             host = raw[4:4 + hlen].decode()
@@ -322,7 +322,7 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
                 _send(sock, {"proof": proof, "rank": rank, "size": size, "payload": payload})
                 sock.settimeout(max(1.0, deadline - time.monotonic()))
                 answer = _recv(sock)
-            except socket.timeout:
+            except TimeoutError:
                 raise Timeout(f"rendezvous at {uid.host}:{uid.port} did not complete within {timeout:.0f} s",
                               op="init", rank=rank) from None
             except (OSError, ValueError) as exc:

@@ -5,9 +5,9 @@ argument and what was expected versus what was given.
 """
 from __future__ import annotations
 
-from ._buffer import as_buffer
 from .._errors import InvalidArgument
 from .._types import DLDeviceType, ReduceOp, dtype_name, op_from_any
+from ._buffer import as_buffer
 
 _OP_CHOICES = ", ".join(o.name.lower() for o in ReduceOp)
 _CPU = int(DLDeviceType.CPU)

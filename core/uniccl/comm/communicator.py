@@ -26,29 +26,31 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from . import algorithms as alg
-from . import device as _device, staged_reduce as _staged_reduce
-from . import checks as chk
 from .. import _env
-from ..reliability import faults as _faults
-from . import group as _group
+from .._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
+from .._plugins import manager
+from .._types import FLOATING, DType, MemcpyKind, ReduceOp, dtype_name
+from ..observability import flight as _fl
 from ..observability import log as _log
-from ..observability import metrics as _metrics, status as _status
+from ..observability import metrics as _metrics
+from ..observability import status as _status
 from ..observability import telemetry as _tel
 from ..observability import trace as _trace
-from .._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
-from .executor import SerialExecutor, Work
-from ..observability import flight as _fl
 from ..observability.flight import FlightRecorder
-from ..transport.mpi import MPITransport
 from ..observability.log import configure as configure_logging
 from ..observability.log import logger
-from .._plugins import manager
-from ..transport.shm.attach import shm_attach as _shm_attach
+from ..reliability import faults as _faults
 from ..reliability.timeout import check_timeout as _check_timeout
 from ..reliability.timeout import default_timeout
+from ..transport.mpi import MPITransport
+from ..transport.shm.attach import shm_attach as _shm_attach
+from . import algorithms as alg
+from . import checks as chk
+from . import device as _device
+from . import group as _group
+from . import staged_reduce as _staged_reduce
+from .executor import SerialExecutor, Work
 from .tuner import Tuner
-from .._types import FLOATING, DType, MemcpyKind, ReduceOp, dtype_name
 
 #: color for ``split`` meaning "not in any new communicator" (returns None).
 UNDEFINED = -1
@@ -121,14 +123,14 @@ class Communicator:
                     f"uid-{uid.port if hasattr(uid, 'port') else 0}")
 
     @classmethod
-    def from_mpi(cls, mpi_comm, *, platform: str | None = None, timeout: float | None = None) -> "Communicator":
+    def from_mpi(cls, mpi_comm, *, platform: str | None = None, timeout: float | None = None) -> Communicator:
         """A communicator over the ranks of an mpi4py communicator (which is duplicated,
         so the caller's keeps working independently)."""
         return cls._over(MPITransport(mpi_comm), platform, timeout, "mpi")
 
     @classmethod
     def _over(cls, transport, platform: str | None = None, timeout: float | None = None,
-              name: str = "world") -> "Communicator":
+              name: str = "world") -> Communicator:
         self = cls.__new__(cls)
         self._setup(transport, platform, timeout, name)
         return self
@@ -355,7 +357,7 @@ class Communicator:
         return self._call("recv", self._plan_recv, (buf, peer), async_op, timeout)
 
     # ---------------------------------------------------------------- structure
-    def split(self, color: int, key: int = 0) -> "Communicator | None":
+    def split(self, color: int, key: int = 0) -> Communicator | None:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``
         then rank; ``color=uniccl.UNDEFINED`` gives None.  Collective."""
         self._alive("split")
@@ -369,7 +371,7 @@ class Communicator:
         return None if new is None else Communicator._over(new, self.platform, self.timeout,
                                                            f"{self._name}.{color}")
 
-    def shrink(self, timeout: float = 10.0) -> "Communicator":
+    def shrink(self, timeout: float = 10.0) -> Communicator:
         """A new communicator of the ranks still alive, after a peer died (collective over the
         survivors; ranks keep their order).  Works on a failed communicator; call it before
         ``abort()`` (which may close the connections it needs).  Needs the TCP bootstrap

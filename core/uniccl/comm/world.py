@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from .communicator import Communicator
 from .._errors import InvalidArgument
 from ..bootstrap.select import _forced_bootstrap, _under_torchrun, bootstrap, under_mpi_launcher
+from .communicator import Communicator
 
 _torchrun_worlds = 0  # worlds made in this process under torchrun: each has its own key
 

@@ -63,7 +63,7 @@ class _Kernels:
 class NativeNccl:
     """Whole collectives through the vendor's NCCL-class library (uniccl._native's interface)."""
 
-    def __init__(self, plugin: "DevicePlugin", ccl):  # a CclLibrary, or a binding of its shape (CNCL)
+    def __init__(self, plugin: DevicePlugin, ccl):  # a CclLibrary, or a binding of its shape (CNCL)
         self.plugin, self.ccl, self.name = plugin, ccl, ccl.spec.prefix
 
     def supports(self, dtype: int, op: int = 0) -> bool:

@@ -9,7 +9,6 @@ import sys
 
 from ..bootstrap.rendezvous import get_unique_id
 
-
 TIMEOUT_STATUS = 124  # a job stopped by --timeout, as timeout(1) exits
 
 

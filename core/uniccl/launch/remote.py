@@ -18,9 +18,11 @@ import sys
 import threading
 import time
 
-from . import agent as _agent, cluster as _cluster, ssh as _ssh
-from .common import Rendezvous, finish, forward_signals, free_port, host_address, rank_signal, say
 from ..transport.net import route_address
+from . import agent as _agent
+from . import cluster as _cluster
+from . import ssh as _ssh
+from .common import Rendezvous, finish, forward_signals, free_port, host_address, rank_signal, say
 
 _SSH_SLACK_S = 7.0  # an agent's stop takes its grace (per signal) plus this: the ssh round trip, the reports
 

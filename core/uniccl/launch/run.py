@@ -26,9 +26,9 @@ default ``env://`` works under ``uniccl run``; ``-x`` overrides any of them.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
-import collections
 import shutil
 import signal
 import socket
@@ -36,9 +36,18 @@ import subprocess
 import sys
 import time
 
-from . import agent as _agent
 from .._errors import InvalidArgument, UnicclError
-from .common import (TIMEOUT_STATUS, Rendezvous, finish, forward_signals, free_port, host_address, rank_signal, say, torch_env)
+from . import agent as _agent
+from .common import (
+    TIMEOUT_STATUS,
+    Rendezvous,
+    finish,
+    forward_signals,
+    host_address,
+    rank_signal,
+    say,
+    torch_env,
+)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -344,7 +353,6 @@ def slurm_command(n: int, argv: list[str], prefix: bool) -> list[str]:
 
 
 def run_slurm(args, argv, env, why) -> int:
-    import socket
 
     from ..transport.net import route_address
 

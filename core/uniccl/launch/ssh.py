@@ -25,8 +25,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .cluster import Node, check_host, check_user, default_workdir
 from .._errors import InvalidArgument
+from .cluster import Node, check_host, check_user, default_workdir
 
 __all__ = ["ssh_argv", "remote_command", "check_reachable", "sync", "build",
            "build_wheelhouse", "print_progress", "DEFAULT_EXCLUDES"]

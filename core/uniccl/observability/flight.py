@@ -149,7 +149,7 @@ class FlightRecorder:
 
 
 # ------------------------------------------------------------------ signals
-_recorders: "weakref.WeakSet[FlightRecorder]" = weakref.WeakSet()  # every live communicator's
+_recorders: weakref.WeakSet[FlightRecorder] = weakref.WeakSet()  # every live communicator's
 _owner_pid = None  # the process whose files these are (never a forked child's, unless it arms too)
 _handler_pid = None  # the process whose SIGTERM handler and watcher are set up
 _at_exit_armed = False
@@ -304,13 +304,13 @@ def write_all(reason: str) -> None:
             path = rec.dump(reason=reason)
             if path:
                 written.append(path)
-        except Exception:  # noqa: BLE001 - the process is ending: write what can be written
+        except Exception:
             pass
     try:
         path = _trace.flush()
         if path:
             written.append(path)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     if written:
         rank = next((r.rank for r in list(_recorders)), "?")

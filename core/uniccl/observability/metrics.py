@@ -17,8 +17,8 @@ import threading
 import weakref
 
 from .. import _env
-from . import telemetry as _tel
 from . import log as _log
+from . import telemetry as _tel
 from .log import logger
 
 _comms: list = []

@@ -15,9 +15,8 @@ import threading
 import time
 import weakref
 
-from .. import _env
+from .. import _env, _safefs
 from . import flight as _fl
-from .. import _safefs
 from . import telemetry as _tel
 
 INTERVAL = 0.5

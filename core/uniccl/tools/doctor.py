@@ -69,7 +69,7 @@ def diagnose(name: str, dumps: dict) -> dict:
         absent = sorted(absent + no_dump)
         div = {"seq": seq, "calls": [], "absent": absent}
         lines.append(f"first divergence at call #{seq}:")
-        for sig, ranks in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        for _sig, ranks in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             op = have[ranks[0]]
             states = sorted({have[r]["state"] for r in ranks})
             div["calls"].append({"ranks": sorted(ranks), "call": _describe(op), "site": op.get("site"),

@@ -33,8 +33,9 @@ def info() -> dict:
     except UnicclError as exc:
         choice = {"platform": None, "why": str(exc)}
     try:
-        from ..transport.mpi import library
         import mpi4py
+
+        from ..transport.mpi import library
 
         mpi_info = dict(library(), mpi4py=mpi4py.__version__)
     except Exception as exc:  # info must work even when MPI is broken

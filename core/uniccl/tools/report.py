@@ -27,7 +27,6 @@ import sys
 
 from ..observability import trace as _trace
 
-
 _COLORS = {"all_reduce": "#3366cc", "broadcast": "#dc3912", "reduce": "#ff9900", "all_gather": "#109618",
            "reduce_scatter": "#990099", "all_to_all": "#0099c6", "gather": "#dd4477", "scatter": "#66aa00",
            "barrier": "#888888", "send": "#b82e2e", "recv": "#316395"}
@@ -286,7 +285,7 @@ def busbw_figure(data: dict):
     import matplotlib.pyplot as plt
 
     series = {}
-    for r, s in _world_stats(data["stats"]).items():
+    for _r, s in _world_stats(data["stats"]).items():
         for op, o in s.get("ops", {}).items():
             for e in o.get("by_size", {}).values():
                 if e["calls"] and e["mean_bytes"] > 0 and e["busbw_GBps"] > 0:

@@ -6,10 +6,10 @@ import socket
 import threading
 
 from .. import _env
-from . import tcp as _tcp
 from .._errors import InvalidArgument, InvalidUsage
-from ..bootstrap.select import unique_id_bootstrap
 from ..bootstrap.rendezvous import UniqueId, init_wait, rendezvous
+from ..bootstrap.select import unique_id_bootstrap
+from . import tcp as _tcp
 
 
 def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):

@@ -16,7 +16,7 @@ from .._errors import InternalError, InvalidArgument, Timeout
 _RECORD = 64  # bytes of one rank's record of a call (Communicator._run_announced)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mpi():
     """Import mpi4py.MPI (initialising MPI with MPI_THREAD_MULTIPLE) once."""
     import mpi4py
@@ -262,7 +262,7 @@ class MPITransport:
     def allgather_array(self, arr, out) -> None:
         self.ctrl.Allgather(arr, out)
 
-    def split(self, color: int, key: int) -> "MPITransport | None":
+    def split(self, color: int, key: int) -> MPITransport | None:
         """Ranks of one ``color`` ordered by (key, rank); a negative colour gets None."""
         new = self.ctrl.Split(self.MPI.UNDEFINED if color < 0 else color, key)
         if new == self.MPI.COMM_NULL:

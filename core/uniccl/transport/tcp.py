@@ -53,9 +53,9 @@ import numpy as np
 
 from .. import _env
 from .._errors import InternalError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout
-from .net import host_key, route_address
-from ..reliability.timeout import default_timeout
 from ..bootstrap.rendezvous import bind_address, rendezvous
+from ..reliability.timeout import default_timeout
+from .net import host_key, route_address
 
 _HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
 _CHECKED, _RETRANSMIT, _GONE = 1, 2, 4  # flags: the CRC is valid; a message sent again; asked for but no longer held
@@ -1224,7 +1224,7 @@ class TCPTransport:
             if self._mask != self._full_mask:
                 self._mismatch()
         else:
-            for p, req in enumerate(self._recs):
+            for _p, req in enumerate(self._recs):
                 if req is None:
                     continue
                 try:
@@ -1362,7 +1362,7 @@ class TCPTransport:
         for p, raw in got.items():
             out[p] = np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
 
-    def split(self, color: int, key: int) -> "TCPTransport | None":
+    def split(self, color: int, key: int) -> TCPTransport | None:
         """Ranks of one ``color`` ordered by (key, rank); UNDEFINED (-1) gets None."""
         pairs = self.allgather_obj((color, key))
         self._splits += 1
@@ -1371,7 +1371,7 @@ class TCPTransport:
         members = [self.members[r] for _, r in sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)]
         return TCPTransport(self.mesh, members, derive_context(self.ctx, self._splits, color))
 
-    def shrink(self, timeout: float) -> "TCPTransport":
+    def shrink(self, timeout: float) -> TCPTransport:
         """The ranks of this communicator still alive, as a new transport (collective over the
         survivors).  Each survivor sends its view of who is alive (peers whose connection did
         not drop) to the others; those it cannot hear from within ``timeout`` or that drop
@@ -1639,7 +1639,7 @@ class _TLSIdentity:
                 pass
         self._fds = []
 
-    def handshake(self, mesh: "Mesh", sock, peer: int, server_side: bool, secret: bytes) -> _TLS:
+    def handshake(self, mesh: Mesh, sock, peer: int, server_side: bool, secret: bytes) -> _TLS:
         """TLS 1.3 on ``sock`` (connected, with a timeout) to ``peer``, which must hold the
         certificate it published; OSError (ConnectionRefusedError: refused) otherwise."""
         import ssl
@@ -1701,7 +1701,7 @@ class _TLSIdentity:
         return stream
 
 
-_meshes: "weakref.WeakSet[Mesh]" = weakref.WeakSet()
+_meshes: weakref.WeakSet[Mesh] = weakref.WeakSet()
 _lingering = []  # [True] once the exit hook is registered
 
 

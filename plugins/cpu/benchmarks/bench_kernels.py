@@ -16,7 +16,6 @@ import time
 
 import ml_dtypes
 import numpy as np
-
 import uniccl_cpu
 from uniccl_cpu import _kernels
 

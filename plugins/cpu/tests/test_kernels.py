@@ -2,8 +2,8 @@
 kernel variant this CPU runs."""
 import numpy as np
 import pytest
-
 from cpu_helpers import FLOATS, HALFS, INTS, NUMPY, addr
+
 from uniccl._errors import InvalidArgument
 from uniccl._types import DType, ReduceOp
 

@@ -1,8 +1,8 @@
 """Page-aligned allocation and copies."""
 import numpy as np
 import pytest
-
 from cpu_helpers import view
+
 from uniccl._errors import InternalError, InvalidArgument
 from uniccl._types import MemcpyKind
 

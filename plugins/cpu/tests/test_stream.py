@@ -5,8 +5,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from cpu_helpers import addr
+
 from uniccl._errors import InvalidArgument, InvalidUsage
 from uniccl._types import DType, MemcpyKind, ReduceOp
 
@@ -60,7 +60,7 @@ def test_event_record_query_synchronize(plugin, stream):
     event = plugin.uniccl_event_create(0)
     assert plugin.uniccl_event_query(event)  # never recorded
     x = np.zeros(BIG, np.float32)
-    one = slow_increments(plugin, x, 30, stream)  # ~100 ms of queued work (one: alive until synced)
+    one = slow_increments(plugin, x, 30, stream)  # ~100 ms of queued work (one: alive until synced)  # noqa: F841
     plugin.uniccl_event_record(event, stream)
     assert not plugin.uniccl_event_query(event)
     plugin.uniccl_event_synchronize(event)
@@ -73,7 +73,7 @@ def test_stream_waits_for_event_recorded_on_another_stream(plugin):
     a, b = plugin.uniccl_stream_create(0), plugin.uniccl_stream_create(0)
     event = plugin.uniccl_event_create(0)
     x, y = np.zeros(BIG, np.float32), np.zeros(BIG, np.float32)
-    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it
+    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it  # noqa: F841
     plugin.uniccl_event_record(event, a)
     plugin.uniccl_stream_wait_event(b, event)
     plugin.uniccl_memcpy(addr(y), addr(x), x.nbytes, H2H, b)
@@ -89,7 +89,7 @@ def test_wait_keeps_the_record_current_when_it_was_issued(plugin):
     a, b, c = (plugin.uniccl_stream_create(0) for _ in range(3))
     event = plugin.uniccl_event_create(0)
     x, y = np.zeros(BIG, np.float32), np.zeros(BIG, np.float32)
-    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it
+    one = slow_increments(plugin, x, 10, a)  # alive until synchronized: the stream reads it  # noqa: F841
     plugin.uniccl_event_record(event, a)
     plugin.uniccl_stream_wait_event(b, event)
     plugin.uniccl_event_record(event, c)  # c is idle: this record completes at once
@@ -113,7 +113,7 @@ def test_none_stream_means_synchronous(plugin):
 def test_event_destroyed_while_its_record_is_pending(plugin, stream):
     event = plugin.uniccl_event_create(0)
     x = np.zeros(BIG, np.float32)
-    one = slow_increments(plugin, x, 3, stream)  # alive until synchronized: the stream reads it
+    one = slow_increments(plugin, x, 3, stream)  # alive until synchronized: the stream reads it  # noqa: F841
     plugin.uniccl_event_record(event, stream)
     plugin.uniccl_event_destroy(event)
     plugin.uniccl_stream_synchronize(stream)

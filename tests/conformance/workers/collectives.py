@@ -6,7 +6,6 @@ collective library was called (emulated platforms), then exits 1 on any failure.
 """
 import ctypes
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -15,8 +14,9 @@ import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import uniccl  # noqa: E402
-from _platform import DeviceArray  # noqa: E402
+from _platform import DeviceArray
+
+import uniccl
 
 DTYPES = [np.float32, np.int32, np.float64, ml_dtypes.bfloat16, np.int64]
 

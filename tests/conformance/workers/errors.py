@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import uniccl  # noqa: E402
-from _platform import DeviceArray  # noqa: E402
+from _platform import DeviceArray
+
+import uniccl
 
 comm = uniccl.init()
 r, n, be = comm.rank, comm.size, comm._backend

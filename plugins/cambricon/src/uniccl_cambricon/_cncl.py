@@ -62,7 +62,7 @@ class CnclLibrary(BoundLibrary):
     REQUIRED = ("GetCliqueId", "InitComms", "FreeComm", "AllReduce")
 
     def signatures(self) -> dict:
-        V, S, I = c_void_p, c_size_t, c_int
+        V, S, I = c_void_p, c_size_t, c_int  # noqa: E741 (the C types, one letter each)
         return {
             "GetLibVersion": [POINTER(I)] * 3, "GetCliqueId": [POINTER(_CliqueId)],
             "InitComms": [POINTER(V), I, POINTER(I), POINTER(I), I, POINTER(_CliqueId)],

@@ -13,7 +13,7 @@ import glob
 import os
 import shutil
 
-from uniccl.kit import CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch
+from uniccl.kit import CclSpec, CudaLikeSpec, DevicePlugin, LibrarySearch
 
 __version__ = "0.1.0"
 

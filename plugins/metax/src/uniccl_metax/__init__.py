@@ -16,7 +16,7 @@ from __future__ import annotations
 import glob
 import os
 
-from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch, renamed
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikeSpec, DevicePlugin, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ import glob
 import os
 import shutil
 
-from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch, renamed
+from uniccl.kit import CUDA_STATUS, NCCL_STATUS, CclSpec, CudaLikeSpec, DevicePlugin, LibrarySearch, renamed
 
 __version__ = "0.1.0"
 

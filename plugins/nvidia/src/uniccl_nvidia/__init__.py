@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from uniccl.kit import CclSpec, DevicePlugin, CudaLikeSpec, LibrarySearch
+from uniccl.kit import CclSpec, CudaLikeSpec, DevicePlugin, LibrarySearch
 
 __version__ = "0.1.0"
 
