@@ -2,6 +2,7 @@
 draw that every rank makes alike (seeded the same), so the machine's drift and load fall on
 both arms alike.  A strict on/off alternation would tie each arm to the parity of the call,
 and calls of even and odd number differ by a few microseconds over TCP."""
+
 import random
 import statistics
 import time
@@ -29,4 +30,4 @@ def trimmed_mean(v: list) -> float:
     """The mean of the middle 80 %."""
     v = sorted(v)
     cut = len(v) // 10
-    return statistics.fmean(v[cut:len(v) - cut])
+    return statistics.fmean(v[cut : len(v) - cut])

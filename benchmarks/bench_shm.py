@@ -17,6 +17,7 @@ all_to_all, scatter: the send buffer).  Engine and MPI alternate within each rep
 row keeps the median over the repeats.  The reduce kernel is the cpu plugin's
 ``uniccl_host_reduce_kernel``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather",
-               "scatter")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
 MAX_BYTES = 256 << 20
 
@@ -106,7 +106,7 @@ def worker(args) -> int:
     def calls(coll: str, nbytes: int):
         count, actual = plan(coll, nbytes, n)
         bb = count * 4
-        s, rv = send[:actual // 4], recv[:actual // 4]
+        s, rv = send[: actual // 4], recv[: actual // 4]
         if coll == "all_reduce":
             return actual, (lambda: eng.all_reduce(sp, rp, count, F32, SUM)), (lambda: world.Allreduce(s, rv))
         if coll == "reduce":
@@ -116,8 +116,11 @@ def worker(args) -> int:
         if coll == "all_gather":
             return actual, (lambda: eng.all_gather(sp, rp, bb)), (lambda: world.Allgather(send[:count], rv))
         if coll == "reduce_scatter":
-            return actual, (lambda: eng.reduce_scatter(sp, rp, count, F32, SUM)), \
-                (lambda: world.Reduce_scatter_block(s, recv[:count]))
+            return (
+                actual,
+                (lambda: eng.reduce_scatter(sp, rp, count, F32, SUM)),
+                (lambda: world.Reduce_scatter_block(s, recv[:count])),
+            )
         if coll == "all_to_all":
             return actual, (lambda: eng.all_to_all(sp, rp, bb)), (lambda: world.Alltoall(s, rv))
         if coll == "gather":
@@ -143,19 +146,30 @@ def worker(args) -> int:
             iters, warmup = iterations(actual, args.quick)
             t_eng, t_mpi = [], []
             for rep in range(args.repeats):
-                order = ((t_eng, eng_call), (t_mpi, mpi_call)) if rep % 2 == 0 else \
-                    ((t_mpi, mpi_call), (t_eng, eng_call))
+                order = (
+                    ((t_eng, eng_call), (t_mpi, mpi_call)) if rep % 2 == 0 else ((t_mpi, mpi_call), (t_eng, eng_call))
+                )
                 for acc, fn_ in order:
                     acc.append(timed(fn_, iters, warmup))
-            row = {"collective": coll, "ranks": n, "size": nbytes, "bytes": actual, "iters": iters,
-                   "engine_s": statistics.median(t_eng), "mpi_s": statistics.median(t_mpi)}
+            row = {
+                "collective": coll,
+                "ranks": n,
+                "size": nbytes,
+                "bytes": actual,
+                "iters": iters,
+                "engine_s": statistics.median(t_eng),
+                "mpi_s": statistics.median(t_mpi),
+            }
             bus = bus_factor(coll, n)
             row["engine_busbw"] = actual / row["engine_s"] * bus / 1e9
             row["mpi_busbw"] = actual / row["mpi_s"] * bus / 1e9
             rows.append(row)
             if r == 0 and args.verbose:
-                print(f"  {coll:15s} n={n} {human(nbytes):>5s}: engine {row['engine_busbw']:8.3f} GB/s "
-                      f"({row['engine_s'] * 1e6:10.1f} us)  mpi {row['mpi_busbw']:8.3f} GB/s", flush=True)
+                print(
+                    f"  {coll:15s} n={n} {human(nbytes):>5s}: engine {row['engine_busbw']:8.3f} GB/s "
+                    f"({row['engine_s'] * 1e6:10.1f} us)  mpi {row['mpi_busbw']:8.3f} GB/s",
+                    flush=True,
+                )
             if r == 0:
                 Path(args.worker).write_text(json.dumps({"rows": rows, "meta": meta(eng, MPI)}))
     eng.close()
@@ -163,8 +177,12 @@ def worker(args) -> int:
 
 
 def meta(eng, MPI) -> dict:
-    return {"cma": eng.cma, "cma_reason": eng.cma_reason, "tuning": eng.tuning,
-            "mpi": MPI.Get_library_version().strip().splitlines()[0]}
+    return {
+        "cma": eng.cma,
+        "cma_reason": eng.cma_reason,
+        "tuning": eng.tuning,
+        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+    }
 
 
 # ------------------------------------------------------------------ driver
@@ -179,15 +197,20 @@ def mpiexec() -> list[str]:
 
 
 def table(rows: list[dict], coll: str, n: int) -> str:
-    out = [f"### {coll}, {n} ranks: busbw (GB/s)", "",
-           "| size | engine | MPI | engine / MPI | engine time (µs) | MPI time (µs) |",
-           "|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"### {coll}, {n} ranks: busbw (GB/s)",
+        "",
+        "| size | engine | MPI | engine / MPI | engine time (µs) | MPI time (µs) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         if row["collective"] != coll or row["ranks"] != n:
             continue
-        out.append(f"| {human(row['size'])} | {row['engine_busbw']:.3g} | {row['mpi_busbw']:.3g} | "
-                   f"{row['engine_busbw'] / row['mpi_busbw']:.2f} | {row['engine_s'] * 1e6:.4g} | "
-                   f"{row['mpi_s'] * 1e6:.4g} |")
+        out.append(
+            f"| {human(row['size'])} | {row['engine_busbw']:.3g} | {row['mpi_busbw']:.3g} | "
+            f"{row['engine_busbw'] / row['mpi_busbw']:.2f} | {row['engine_s'] * 1e6:.4g} | "
+            f"{row['mpi_s'] * 1e6:.4g} |"
+        )
     return "\n".join(out)
 
 
@@ -197,7 +220,9 @@ def main() -> int:
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--sizes", default=None, help="comma-separated byte counts (default 8 B..256 MiB x4)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--slot", type=int, default=0, help="slot_bytes (default: uniccl.transport.shm._shm.DEFAULT_SLOT_BYTES)")
+    ap.add_argument(
+        "--slot", type=int, default=0, help="slot_bytes (default: uniccl.transport.shm._shm.DEFAULT_SLOT_BYTES)"
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="also write every row here")
     ap.add_argument("-v", "--verbose", action="store_true", help="print rows as they come")
@@ -221,9 +246,23 @@ def main() -> int:
     for n in [int(x) for x in args.ranks.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "rows.json"
-            cmd = [*mpiexec(), "-n", str(n), sys.executable, __file__, "--worker", str(out),
-                   "--collectives", ",".join(args.collectives), "--sizes", ",".join(map(str, args.sizes)),
-                   "--repeats", str(args.repeats), "--slot", str(args.slot)]
+            cmd = [
+                *mpiexec(),
+                "-n",
+                str(n),
+                sys.executable,
+                __file__,
+                "--worker",
+                str(out),
+                "--collectives",
+                ",".join(args.collectives),
+                "--sizes",
+                ",".join(map(str, args.sizes)),
+                "--repeats",
+                str(args.repeats),
+                "--slot",
+                str(args.slot),
+            ]
             if args.quick:
                 cmd.append("--quick")
             if args.verbose:
@@ -241,8 +280,10 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(f"bench_shm: {os.cpu_count()} CPUs, {time.time() - started:.0f} s, 1-min load {load:.2f} at the end")
     for n, m in metas.items():
-        print(f"* {n} ranks: single-copy reads {'on' if m['cma'] else 'off (' + m['cma_reason'] + ')'}; "
-              f"tuning {m['tuning']}; {m['mpi']}")
+        print(
+            f"* {n} ranks: single-copy reads {'on' if m['cma'] else 'off (' + m['cma_reason'] + ')'}; "
+            f"tuning {m['tuning']}; {m['mpi']}"
+        )
     for coll in args.collectives:
         for n in metas:
             print()

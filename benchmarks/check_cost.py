@@ -14,6 +14,7 @@ Rank 0 prints one line: median microseconds per call with and without the check,
 the difference of the medians, and of the means over each arm's middle 80 % of calls, as a
 share of the call without the check.
 """
+
 import os
 import statistics
 import sys
@@ -46,8 +47,9 @@ def _run_unfused(plan, seq, choice):
 
 
 def switch(check: bool) -> None:
-    comm._agree, comm._run_announced, comm._run_fused = checked if check or placebo else (
-        _no_agreement, _run_unannounced, _run_unfused)
+    comm._agree, comm._run_announced, comm._run_fused = (
+        checked if check or placebo else (_no_agreement, _run_unannounced, _run_unfused)
+    )
 
 
 for _ in range(20):
@@ -58,7 +60,10 @@ if comm.rank == 0:
     transport = "shm" if comm._engine is not None else comm._t.name
     med_on, med_off = statistics.median(on), statistics.median(off)
     tm = (trimmed_mean(on) - trimmed_mean(off)) / trimmed_mean(off)
-    print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{' (placebo)' if placebo else ''}: "
-          f"{med_on:.1f} us with the check, {med_off:.1f} us without, check = "
-          f"{100 * (med_on - med_off) / med_off:+.2f}% of the call (trimmed means: {100 * tm:+.2f}%)", flush=True)
+    print(
+        f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{' (placebo)' if placebo else ''}: "
+        f"{med_on:.1f} us with the check, {med_off:.1f} us without, check = "
+        f"{100 * (med_on - med_off) / med_off:+.2f}% of the call (trimmed means: {100 * tm:+.2f}%)",
+        flush=True,
+    )
 comm.destroy()

@@ -16,6 +16,7 @@ docs/performance-busbw.png; ``--no-write`` only prints.
     python3 benchmarks/compare.py --quick         # 8 B..64M, 1 repeat; ~1.5 min
     python3 benchmarks/compare.py --ranks 2 --collectives all_reduce --peers uniccl,mpich
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,16 +75,14 @@ of that run.
 
 # ------------------------------------------------------------------ set-up
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="2,4", help="comma list of rank counts (default 2,4)")
     p.add_argument("--min", default="8", help="smallest size, K/M/G suffixes (default 8)")
     p.add_argument("--max", help="largest size (default 256M; --quick: 64M)")
     p.add_argument("--factor", type=int, default=4, help="size step factor (default 4)")
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma list (default: all six)")
     p.add_argument("--peers", default=",".join(PEERS), help="comma list of uniccl,mpich,openmpi,gloo")
-    p.add_argument("--repeats", type=int, help="runs of each (peer, ranks) sweep, median kept (default 3; "
-                   "--quick: 1)")
+    p.add_argument("--repeats", type=int, help="runs of each (peer, ranks) sweep, median kept (default 3; --quick: 1)")
     p.add_argument("--iters", type=int, help="timed calls per size (default: 50, fewer above 2M)")
     p.add_argument("--warmup", type=int, help="warm-up calls per size (default: 10, fewer above 2M)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per launched job (default 300)")
@@ -109,8 +108,9 @@ def enter_venv():
         return
     if not (VENV / "bin" / "python").exists():
         print("compare: building .venv (uniccl + MPICH) with scripts/_setup.sh", file=sys.stderr)
-        subprocess.run(["bash", "-c", "source scripts/_setup.sh && build_wheels && make_venv .venv mpich"],
-                       cwd=ROOT, check=True)
+        subprocess.run(
+            ["bash", "-c", "source scripts/_setup.sh && build_wheels && make_venv .venv mpich"], cwd=ROOT, check=True
+        )
     py = str(VENV / "bin" / "python")
     os.execv(py, [py, str(Path(__file__).resolve()), *sys.argv[1:]])
 
@@ -125,8 +125,7 @@ def pip_install(module, requirement):
     except ImportError:
         pass
     print(f"compare: installing {requirement} into .venv", file=sys.stderr)
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement],
-                         capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
     try:
         importlib.invalidate_caches()
         return importlib.import_module(module)
@@ -149,8 +148,9 @@ def run_job(cmds, envs, timeout, log):
     """Start every command (one for an mpiexec job, one per rank for gloo) in its own
     session; wait for all.  Returns None on success, else a short reason.  A rank that
     fails takes the others down (gloo's ranks would otherwise wait 30 min for it)."""
-    procs = [subprocess.Popen(c, env=e, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
-             for c, e in zip(cmds, envs)]
+    procs = [
+        subprocess.Popen(c, env=e, cwd=ROOT, stdout=log, stderr=log, start_new_session=True) for c, e in zip(cmds, envs)
+    ]
     deadline, reason = time.monotonic() + timeout, None
     while any(p.poll() is None for p in procs):
         failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
@@ -167,8 +167,11 @@ def run_job(cmds, envs, timeout, log):
         reason = f"exit {codes[0]}" if codes else None
     if reason and not reason.startswith("timeout"):  # (after a kill the log only shows the kill)
         log.flush()
-        lines = [ln.strip() for ln in Path(log.name).read_text(errors="replace").splitlines()
-                 if ln.strip() and "Warning" not in ln]
+        lines = [
+            ln.strip()
+            for ln in Path(log.name).read_text(errors="replace").splitlines()
+            if ln.strip() and "Warning" not in ln
+        ]
         reason += f": {lines[-1][:200]}" if lines else ""
     return reason
 
@@ -183,9 +186,27 @@ def run_uniccl(n, plan, args, tmp):
             bands.setdefault((iters, warmup), []).append(size)
         for (iters, warmup), sizes in bands.items():
             out = tmp / f"uniccl-{n}-{coll}-{sizes[0]}.json"
-            cmd = [str(VENV / "bin" / "uniccl"), "bench", coll, "-np", str(n), "-b", str(sizes[0]),
-                   "-e", str(sizes[-1]), "-f", str(args.factor), "-n", str(iters), "-w", str(warmup),
-                   "-c", "0", "--json", str(out)]
+            cmd = [
+                str(VENV / "bin" / "uniccl"),
+                "bench",
+                coll,
+                "-np",
+                str(n),
+                "-b",
+                str(sizes[0]),
+                "-e",
+                str(sizes[-1]),
+                "-f",
+                str(args.factor),
+                "-n",
+                str(iters),
+                "-w",
+                str(warmup),
+                "-c",
+                "0",
+                "--json",
+                str(out),
+            ]
             with open(tmp / "uniccl.log", "w") as log:
                 err = run_job([cmd], [dict(os.environ)], args.timeout, log)
             if err or not out.exists():
@@ -202,16 +223,27 @@ def run_peer(peer, n, plan, args, tmp):
     """peer_worker.py under the peer's launcher.  Returns (times, errors, info) like
     run_uniccl, info being the worker's library string and notes."""
     spec, out = tmp / f"{peer}-{n}.spec.json", tmp / f"{peer}-{n}.json"
-    spec.write_text(json.dumps({"backend": "gloo" if peer == "gloo" else "mpi",
-                                "collectives": {c: [r[1:] for r in rows] for c, rows in plan.items()}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "backend": "gloo" if peer == "gloo" else "mpi",
+                "collectives": {c: [r[1:] for r in rows] for c, rows in plan.items()},
+            }
+        )
+    )
     out.unlink(missing_ok=True)
     env = dict(os.environ)
     if peer == "gloo":
         with socket.socket() as s:  # a free port for torch's env:// rendezvous
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
-                   GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"), PYTHONWARNINGS="ignore")
+        env.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(n),
+            GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"),
+            PYTHONWARNINGS="ignore",
+        )
         cmds = [[sys.executable, str(WORKER), str(spec), str(out)]] * n
         envs = [dict(env, RANK=str(r), LOCAL_RANK=str(r)) for r in range(n)]
     else:
@@ -278,10 +310,13 @@ def measure(args):
                         samples.setdefault((peer, n, coll, size), []).append(us)
                     for coll, err in errs.items():
                         errors.setdefault((peer, n, coll), err)
-                    print(f"compare: repeat {rep + 1}/{args.repeats}  {n} ranks  {peer:8s} "
-                          f"{time.monotonic() - t0:6.1f} s"
-                          + "".join(f"\n  failed: {e}" for e in dict.fromkeys(errs.values())),
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"compare: repeat {rep + 1}/{args.repeats}  {n} ranks  {peer:8s} "
+                        f"{time.monotonic() - t0:6.1f} s"
+                        + "".join(f"\n  failed: {e}" for e in dict.fromkeys(errs.values())),
+                        file=sys.stderr,
+                        flush=True,
+                    )
     return samples, errors, info
 
 
@@ -320,25 +355,39 @@ def markdown(table, errors, info, args, facts):
         err = re.sub(r"\[[^\]]*\]:?\s*", "", err).replace("|", "/")  # drop "[rank3]:", "[file:line]"
         return f"failed: {err if len(err) <= 70 else err[:69] + '…'}"
 
-    out = [f"Run {facts['date']}: `{facts['command']}` — {facts['wall']}.", "",
-           f"* Machine: {facts['machine']}", f"* Versions: {facts['versions']}",
-           f"* Calls per size (timed + warm-up): {facts['iters']}; {args.repeats} run(s) of each "
-           "(library, ranks) sweep, median kept.",
-           "", f"![busbw vs size]({PLOT.name})", ""]
+    out = [
+        f"Run {facts['date']}: `{facts['command']}` — {facts['wall']}.",
+        "",
+        f"* Machine: {facts['machine']}",
+        f"* Versions: {facts['versions']}",
+        f"* Calls per size (timed + warm-up): {facts['iters']}; {args.repeats} run(s) of each "
+        "(library, ranks) sweep, median kept.",
+        "",
+        f"![busbw vs size]({PLOT.name})",
+        "",
+    ]
     ar = "all_reduce" if "all_reduce" in args.collectives else args.collectives[0]
     sizes = sorted({s for (p, n, c), rows in table.items() if c == ar for s in rows})
     if sizes:
-        out += [f"### Latency: {format_size(sizes[0])} B {ar} (µs, lower is better)", "",
-                "| ranks | " + " | ".join(LABEL[p] for p in peers) + " |", "|---:" * (len(peers) + 1) + "|"]
+        out += [
+            f"### Latency: {format_size(sizes[0])} B {ar} (µs, lower is better)",
+            "",
+            "| ranks | " + " | ".join(LABEL[p] for p in peers) + " |",
+            "|---:" * (len(peers) + 1) + "|",
+        ]
         out += [f"| {n} | " + " | ".join(cell(p, n, ar, sizes[0], 0) for p in peers) + " |" for n in args.ranks]
         out.append("")
     for coll in args.collectives:
         for n in args.ranks:
             sizes = sorted({s for (p, m, c), rows in table.items() if c == coll and m == n for s in rows})
-            out += [f"### {coll}, {n} ranks: busbw (GB/s)", "",
-                    "| size | " + " | ".join(LABEL[p] for p in peers)
-                    + (" | uniccl / best peer |" if "uniccl" in peers and others else " |"),
-                    "|---:" * (len(peers) + 1 + ("uniccl" in peers and bool(others))) + "|"]
+            out += [
+                f"### {coll}, {n} ranks: busbw (GB/s)",
+                "",
+                "| size | "
+                + " | ".join(LABEL[p] for p in peers)
+                + (" | uniccl / best peer |" if "uniccl" in peers and others else " |"),
+                "|---:" * (len(peers) + 1 + ("uniccl" in peers and bool(others))) + "|",
+            ]
             if not sizes:  # nothing measured: one row of failure reasons
                 out += ["| - | " + " | ".join(cell(p, n, coll, None, 1) for p in peers) + " |", ""]
                 continue
@@ -346,8 +395,10 @@ def markdown(table, errors, info, args, facts):
                 line = f"| {format_size(size)} | " + " | ".join(cell(p, n, coll, size, 1) for p in peers)
                 if "uniccl" in peers and others:
                     mine = table.get(("uniccl", n, coll), {}).get(size)
-                    best = max((table[(p, n, coll)][size][1] for p in others
-                                if size in table.get((p, n, coll), {})), default=None)
+                    best = max(
+                        (table[(p, n, coll)][size][1] for p in others if size in table.get((p, n, coll), {})),
+                        default=None,
+                    )
                     line += " | " + (f"{mine[1] / best:.2f}" if mine and best else "-")
                 out.append(line + " |")
             out.append("")
@@ -355,8 +406,9 @@ def markdown(table, errors, info, args, facts):
     for (p, n, c), e in errors.items():
         failed.setdefault((p, n, e), []).append(c)
     notes = [f"* {LABEL[p]}, {n} ranks, {', '.join(cs)}: failed: {e}" for (p, n, e), cs in failed.items()]
-    notes += [f"* {LABEL[p]} {c}: {note}" for p, i in info.items() for c, note in (i.get("notes") or {}).items()
-              if note]
+    notes += [
+        f"* {LABEL[p]} {c}: {note}" for p, i in info.items() for c, note in (i.get("notes") or {}).items() if note
+    ]
     if "gloo" in peers:
         notes.append("* gloo: torch has no out-of-place all_reduce/reduce/broadcast, so those run in place.")
     if notes:
@@ -384,15 +436,21 @@ def plot(table, args):
             for j, n in enumerate(args.ranks):
                 rows_ = sorted(table.get((peer, n, coll), {}).items())
                 if rows_:
-                    ax.plot([s for s, _ in rows_], [v[1] for _, v in rows_], styles[j % 4], marker=".",
-                            color=f"C{i}", label=f"{LABEL[peer]}, {n} ranks")
+                    ax.plot(
+                        [s for s, _ in rows_],
+                        [v[1] for _, v in rows_],
+                        styles[j % 4],
+                        marker=".",
+                        color=f"C{i}",
+                        label=f"{LABEL[peer]}, {n} ranks",
+                    )
         ax.set(xscale="log", yscale="log", title=coll, xlabel="size (bytes)", ylabel="busbw (GB/s)")
         sizes = [s for line in ax.get_lines() for s in line.get_xdata()]
         if sizes:  # ticks every 16x: 8, 128, 2K, ... within the data
             ticks = [t for t in (8 << (4 * k) for k in range(12)) if min(sizes) <= t <= max(sizes)]
             ax.set_xticks(ticks, [format_size(t) for t in ticks])
         ax.grid(True, which="major", alpha=0.3)
-    for ax in list(axes.flat)[len(args.collectives):]:
+    for ax in list(axes.flat)[len(args.collectives) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize="small")
@@ -405,51 +463,85 @@ def run_facts(args, info, wall, load, installed):
     """Command, date, machine and versions for the report."""
     import importlib.metadata as md
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True,
-                text=True).stdout.splitlines() if ln.startswith("Model name")), platform.processor())
-    mem = next((int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
-                if ln.startswith("MemTotal")), 0)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if ln.startswith("Model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        (int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), 0
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     # what ran is the wheel installed in .venv, not necessarily HEAD: say when it was installed
     when = f"{datetime.datetime.fromtimestamp(installed[1]):%Y-%m-%d %H:%M}" + (
-        ", REINSTALLED DURING THIS RUN" if installed[0] != installed[1] else "")  # .venv may be shared
+        ", REINSTALLED DURING THIS RUN" if installed[0] != installed[1] else ""
+    )  # .venv may be shared
     about = uniccl_transports(max(args.ranks)) if "uniccl" in args.peers else ""
-    versions = [f"uniccl {md.version('uniccl')} (installed in .venv {when}; "
-                f"HEAD {commit or '?'}{about})", f"mpi4py {md.version('mpi4py')}"]
-    versions += [f"{LABEL[p]}: " + re.sub(r"\s+", " ", i["library"].split(",")[0]) for p, i in info.items()
-                 if i.get("library")]
+    versions = [
+        f"uniccl {md.version('uniccl')} (installed in .venv {when}; HEAD {commit or '?'}{about})",
+        f"mpi4py {md.version('mpi4py')}",
+    ]
+    versions += [
+        f"{LABEL[p]}: " + re.sub(r"\s+", " ", i["library"].split(",")[0]) for p, i in info.items() if i.get("library")
+    ]
     from uniccl.tools.bench import format_size, parse_size, size_sweep
 
     bands = {}  # (iters, warmup) -> the sizes that get them
     for size in size_sweep(parse_size(args.min), parse_size(args.max), args.factor):
         bands.setdefault(schedule(size, args), []).append(format_size(size))
     iters = "; ".join(f"{s[0]}{'..' + s[-1] if len(s) > 1 else ''}: {i} + {w}" for (i, w), s in bands.items())
-    return {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-            "command": shlex.join(["python3", "benchmarks/compare.py", *sys.argv[1:]]),
-            "wall": f"{wall / 60:.1f} min wall",
-            "machine": f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, "
-                       f"{mem / 2**20:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}; "
-                       f"1-min load average {load:.2f} before the run, {os.getloadavg()[0]:.2f} after "
-                       "(anything else running shares the cores)",
-            "versions": "; ".join(versions), "iters": iters}
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "command": shlex.join(["python3", "benchmarks/compare.py", *sys.argv[1:]]),
+        "wall": f"{wall / 60:.1f} min wall",
+        "machine": f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, "
+        f"{mem / 2**20:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}; "
+        f"1-min load average {load:.2f} before the run, {os.getloadavg()[0]:.2f} after "
+        "(anything else running shares the cores)",
+        "versions": "; ".join(versions),
+        "iters": iters,
+    }
 
 
 def uniccl_transports(n):
     """', platform P, transport T' as uniccl's tuner reports them at UNICCL_DEBUG=INFO, from a
     one-call probe of every collective at 8 B and 8M on n ranks (its choice is per size)."""
-    cmd = [str(VENV / "bin" / "uniccl"), "bench", "all", "-np", str(n), "-b", "8", "-e", "8M", "-f", str(1 << 20),
-           "-n", "1", "-w", "0", "-c", "0"]
+    cmd = [
+        str(VENV / "bin" / "uniccl"),
+        "bench",
+        "all",
+        "-np",
+        str(n),
+        "-b",
+        "8",
+        "-e",
+        "8M",
+        "-f",
+        str(1 << 20),
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-c",
+        "0",
+    ]
     try:
-        res = subprocess.run(cmd, env=dict(os.environ, UNICCL_DEBUG="INFO"), capture_output=True, text=True,
-                             timeout=120)
+        res = subprocess.run(
+            cmd, env=dict(os.environ, UNICCL_DEBUG="INFO"), capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     text = res.stdout + res.stderr
     chosen = re.search(r"\bplatform (\w+)", text)
     transports = sorted(set(re.findall(r"\btransport (\w+)", text)))
     return (f", platform {chosen.group(1)}" if chosen else "") + (
-        f", transport {'/'.join(transports)}" if transports else ", transport not logged")
+        f", transport {'/'.join(transports)}" if transports else ", transport not logged"
+    )
 
 
 def uniccl_installed():
@@ -480,8 +572,7 @@ def main(argv=None):
     samples, errors, info = measure(args)
     installed, wall = (before, uniccl_installed()), time.monotonic() - t0
     if installed[0] != installed[1]:
-        print("compare: warning: uniccl in .venv was reinstalled during the run; its rows mix builds",
-              file=sys.stderr)
+        print("compare: warning: uniccl in .venv was reinstalled during the run; its rows mix builds", file=sys.stderr)
     table = medians(samples)
     text = markdown(table, errors, info, args, run_facts(args, info, wall, load, installed))
     print(text)

@@ -7,6 +7,7 @@ usage: uniccl run -n 4 python benchmarks/gloo_order_check.py PORT   (UNICCL_TRAN
        UNICCL_TORCH_ORDER=native to see uniccl's own order differ)
 Each rank prints how many cases differed ("rank R: D of C cases differ").
 """
+
 import os
 import sys
 

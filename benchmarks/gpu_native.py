@@ -7,6 +7,7 @@ and the ratios; the per-call overhead of uniccl's Python layer is what it shows
 (with one rank NCCL moves no data between GPUs).  Also checks a torch CUDA tensor
 (DLPack, the tensor's stream honoured) through the native and staged paths.
 """
+
 import os
 import statistics
 import sys

@@ -7,6 +7,7 @@ usage: uniccl run -n 2 python benchmarks/integrity_cost.py [SIZES...]
   against the default one.
 Rank 0 prints a markdown table: median microseconds per call with and without, and the ratio.
 """
+
 import os
 import statistics
 import sys
@@ -36,6 +37,8 @@ else:
 
     def pick(on):
         return checked if on else comm
+
+
 if comm.rank == 0:
     print(f"| bytes | with CRC-32C (us) | without (us) | ratio |  ({comm.size} ranks, {kind})")
     print("|---|---|---|---|")

@@ -4,6 +4,7 @@ both come back unchanged) and with MPI.MAX, each timed over 20 000 calls of mpi4
 
 usage: mpiexec -n N python benchmarks/mpi_agree_cost.py   (rank 0 prints microseconds per call, twice)
 """
+
 import time
 
 import numpy as np
@@ -29,5 +30,8 @@ for _ in range(2):
     bor = per_call(lambda: comm.Allreduce(pair, out, MPI.BOR))
     mx = per_call(lambda: comm.Allreduce(pair, out, MPI.MAX))
     if comm.rank == 0:
-        print(f"{comm.size} ranks: Allgather of the record {gather:.2f} us, Allreduce BOR {bor:.2f} us, "
-              f"Allreduce MAX {mx:.2f} us", flush=True)
+        print(
+            f"{comm.size} ranks: Allgather of the record {gather:.2f} us, Allreduce BOR {bor:.2f} us, "
+            f"Allreduce MAX {mx:.2f} us",
+            flush=True,
+        )

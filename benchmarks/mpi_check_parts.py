@@ -10,6 +10,7 @@ usage: UNICCL_TRANSPORT=mpi mpiexec -n N python benchmarks/mpi_check_parts.py VA
            allgather:   one persistent MPI_Allgather_init of the records (MPI 4.0) instead of
                         point-to-point requests to every rank
 """
+
 import os
 import runpy
 import sys
@@ -26,6 +27,7 @@ def _same(self):
 
 
 if variant == "no_messages":
+
     def announce(self, seq, tag, record, full, light, mismatched):
         self._own, self._full, self._mismatched = record, full, mismatched
         self.active = self._unsettled = True
@@ -37,6 +39,7 @@ if variant == "no_messages":
 
     T.announce, T._settle = announce, settle
 elif variant == "at_end":
+
     def late_wait(self, req):
         req.Wait()
 
@@ -46,6 +49,7 @@ elif variant == "at_end":
 
     T.wait, T.waitall = late_wait, late_waitall  # finish() still compares them
 elif variant == "with_data":
+
     def wait(self, req):
         self.waitall([req])
 

@@ -6,6 +6,7 @@ uniccl polls its requests against the deadline; with timeout=0 it calls MPI_Wait
 all_reduce of 8 B and 1 MiB, the two arms in alternating blocks, three blocks each; rank 0
 prints each arm's per-call median in microseconds and the blocks' values.
 """
+
 import statistics
 import time
 
@@ -20,10 +21,12 @@ for size in (8, 1 << 20):
     for arm in ("wait", "poll") * 3:
         t = 0 if arm == "wait" else 120
         n = 2000 if size == 8 else 200
-        for _ in range(20): comm.all_reduce(x, timeout=t)
+        for _ in range(20):
+            comm.all_reduce(x, timeout=t)
         comm.barrier()
         t0 = time.perf_counter()
-        for _ in range(n): comm.all_reduce(x, timeout=t)
+        for _ in range(n):
+            comm.all_reduce(x, timeout=t)
         dt = (time.perf_counter() - t0) / n * 1e6
         res.setdefault((size, arm), []).append(dt)
 if comm.rank == 0:

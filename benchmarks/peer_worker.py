@@ -13,6 +13,7 @@ so every call reads real memory.  Rank 0 rewrites OUT after every collective, so
 timeout still leaves the finished ones; a collective that raises on every rank (an API
 the backend lacks) is recorded as an error and the sweep goes on.
 """
+
 import json
 import os
 import sys
@@ -89,13 +90,19 @@ class Gloo:
         gather = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
         scatter = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
         if collective == "all_gather":
-            return self._fallback(collective, lambda: gather(r, send[:count]),
-                                  lambda: d.all_gather(list(r.chunk(self.size)), send[:count]),
-                                  "all_gather (list of views)")
+            return self._fallback(
+                collective,
+                lambda: gather(r, send[:count]),
+                lambda: d.all_gather(list(r.chunk(self.size)), send[:count]),
+                "all_gather (list of views)",
+            )
         if collective == "reduce_scatter":
-            return self._fallback(collective, lambda: scatter(recv[:count], s, SUM),
-                                  lambda: d.reduce_scatter(recv[:count], list(s.chunk(self.size)), SUM),
-                                  "reduce_scatter (list of views)")
+            return self._fallback(
+                collective,
+                lambda: scatter(recv[:count], s, SUM),
+                lambda: d.reduce_scatter(recv[:count], list(s.chunk(self.size)), SUM),
+                "reduce_scatter (list of views)",
+            )
         return {
             "all_reduce": lambda: d.all_reduce(r, SUM),
             "broadcast": lambda: d.broadcast(r, ROOT),
@@ -154,9 +161,18 @@ def main():
             for nbytes, total, count, iters, warmup in rows:
                 run = be.call(collective, send, recv, total, count)
                 sec = be.mean(time_loop(be, run, iters, warmup))
-                result["rows"].append({"collective": collective, "size": nbytes, "count": count,
-                                       "time_us": sec * 1e6, "algbw": nbytes / sec / 1e9})
-        except Exception as exc:  # the same on every rank (an unsupported call); a one-rank failure hangs, and the timeout catches it
+                result["rows"].append(
+                    {
+                        "collective": collective,
+                        "size": nbytes,
+                        "count": count,
+                        "time_us": sec * 1e6,
+                        "algbw": nbytes / sec / 1e9,
+                    }
+                )
+        except (
+            Exception
+        ) as exc:  # the same on every rank (an unsupported call); a one-rank failure hangs, and the timeout catches it
             result["errors"][collective] = _short(exc)
             be.barrier()
         if be.rank == 0:

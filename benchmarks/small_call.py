@@ -7,6 +7,7 @@ for A/B checks of the call path between two builds.
 call.  To compare with another commit, build it (``pip wheel --no-deps -w DIR .``), unpack the
 wheel into a folder and run the same command with ``PYTHONPATH=<folder>``, alternating runs.
 """
+
 import statistics
 import time
 

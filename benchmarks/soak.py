@@ -6,6 +6,7 @@ usage: uniccl run -n 4 python benchmarks/soak.py [CALLS]   (default 10000; UNICC
 Every rank draws the same sequence (seeded), so all call the same collective each time.
 Rank 0 prints progress every 1000 calls and a summary; exit status 1 on any wrong result or growth.
 """
+
 import os
 import sys
 import time
@@ -16,11 +17,32 @@ import numpy as np
 import uniccl
 
 CALLS = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
-DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64,
-          ml_dtypes.bfloat16, np.int16, np.uint16]
+DTYPES = [
+    np.int8,
+    np.uint8,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    ml_dtypes.bfloat16,
+    np.int16,
+    np.uint16,
+]
 OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-COLLS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
-         "barrier"]
+COLLS = [
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+]
 
 
 def rss_kib() -> int:
@@ -89,13 +111,13 @@ def main() -> int:
                 acc = OPS[opname](acc, blocks[q].astype(acc.dtype))
             out = np.empty(m, dt)
             comm.reduce_scatter(blocks[r], out, op=opname)
-            ok = np.array_equal(out, acc.astype(dt)[r * m:(r + 1) * m])
+            ok = np.array_equal(out, acc.astype(dt)[r * m : (r + 1) * m])
         elif coll == "all_to_all":
             m = n // p
             blocks = [data(q, m * p, dt, i) for q in range(p)]
             out = np.empty(m * p, dt)
             comm.all_to_all(blocks[r], out)
-            ok = np.array_equal(out, np.concatenate([blocks[q][r * m:(r + 1) * m] for q in range(p)]))
+            ok = np.array_equal(out, np.concatenate([blocks[q][r * m : (r + 1) * m] for q in range(p)]))
         elif coll == "gather":
             out = np.empty(n * p, dt) if r == root else None
             comm.gather(x, out, root=root)
@@ -105,7 +127,7 @@ def main() -> int:
             src = data(root, m * p, dt, i) if r == root else None
             out = np.empty(m, dt)
             comm.scatter(src, out, root=root)
-            ok = np.array_equal(out, data(root, m * p, dt, i)[r * m:(r + 1) * m])
+            ok = np.array_equal(out, data(root, m * p, dt, i)[r * m : (r + 1) * m])
         else:
             comm.barrier()
             ok = True
@@ -115,16 +137,24 @@ def main() -> int:
         if i == max(200, CALLS // 2):  # after warm-up: caches, pools and TCP's kept-copy ring have filled
             base = (rss_kib(), fds(), shm())
         if r == 0 and (i + 1) % 1000 == 0:
-            print(f"{i + 1} calls, {time.time() - t0:.0f} s, rss {rss_kib()} KiB, fds {fds()}, /dev/shm {shm()}",
-                  flush=True)
+            print(
+                f"{i + 1} calls, {time.time() - t0:.0f} s, rss {rss_kib()} KiB, fds {fds()}, /dev/shm {shm()}",
+                flush=True,
+            )
     end = (rss_kib(), fds(), shm())
     grew = base is not None and (end[0] > base[0] * 1.10 + 8192 or end[1] > base[1] or end[2] > base[2])
     wrong_all = comm._t.allgather_obj(wrong)
     grew_all = comm._t.allgather_obj((grew, base, end))
     if r == 0:
-        print(f"soak: {CALLS} calls on {p} ranks in {time.time() - t0:.0f} s; wrong results {sum(wrong_all)}; "
-              + "; ".join(f"rank {q}: rss {b[0]} -> {e[0]} KiB, fds {b[1]} -> {e[1]}, /dev/shm {b[2]} -> {e[2]}"
-                          + (" GREW" if g else "") for q, (g, b, e) in enumerate(grew_all)), flush=True)
+        print(
+            f"soak: {CALLS} calls on {p} ranks in {time.time() - t0:.0f} s; wrong results {sum(wrong_all)}; "
+            + "; ".join(
+                f"rank {q}: rss {b[0]} -> {e[0]} KiB, fds {b[1]} -> {e[1]}, /dev/shm {b[2]} -> {e[2]}"
+                + (" GREW" if g else "")
+                for q, (g, b, e) in enumerate(grew_all)
+            ),
+            flush=True,
+        )
     comm.destroy()
     return 1 if sum(wrong_all) or any(g for g, _, _ in grew_all) else 0
 

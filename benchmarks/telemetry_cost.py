@@ -11,6 +11,7 @@ usage: uniccl run -n 2 python benchmarks/telemetry_cost.py [CALLS]   (UNICCL_TRA
 Rank 0 prints one line per size: the median per-call time of each arm, their difference, and
 the difference of the arms' means over their middle 80 % of calls.
 """
+
 import os
 import statistics
 import sys
@@ -54,8 +55,11 @@ for nbytes, n in ((8, calls), (1 << 20, max(200, calls // 10))):
         med_on, med_off = statistics.median(on), statistics.median(off)
         tm = trimmed_mean(on) - trimmed_mean(off)
         what = " (placebo)" if placebo else f" (control: {spin} loop iterations)" if spin else ""
-        print(f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{what}, "
-              f"{len(on)}/{len(off)} calls: median {med_on:.2f} us on, {med_off:.2f} us off, telemetry = "
-              f"{med_on - med_off:+.3f} us per call ({100 * (med_on - med_off) / med_off:+.2f}%); "
-              f"trimmed means: {tm:+.3f} us ({100 * tm / trimmed_mean(off):+.2f}%)", flush=True)
+        print(
+            f"{comm.size} ranks, {transport}, {nbytes} B all_reduce{what}, "
+            f"{len(on)}/{len(off)} calls: median {med_on:.2f} us on, {med_off:.2f} us off, telemetry = "
+            f"{med_on - med_off:+.3f} us per call ({100 * (med_on - med_off) / med_off:+.2f}%); "
+            f"trimmed means: {tm:+.3f} us ({100 * tm / trimmed_mean(off):+.2f}%)",
+            flush=True,
+        )
 comm.destroy()

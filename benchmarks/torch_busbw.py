@@ -6,6 +6,7 @@ Each rank opens gloo and two uniccl groups over one TCPStore: "uniccl" as torch 
 uniccl's own algorithms); per size, blocks of calls alternate between them; rank 0 prints the
 median per-call time and bus bandwidth of each and the ratios to gloo.
 """
+
 import os
 import statistics
 import sys
@@ -39,7 +40,12 @@ for nbytes, inner in ((1 << 20, 20), (64 << 20, 2)):
     if rank == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
         bw = {k: nbytes / v / 1e9 * factor for k, v in med.items()}
-        print(f"{size} ranks {nbytes >> 20} MiB: " + ", ".join(
-            f"{k} {med[k] * 1e3:.2f} ms {bw[k]:.2f} GB/s" + (f" ({bw[k] / bw['gloo']:.2f}x)" if k != "gloo" else "")
-            for k in groups), flush=True)
+        print(
+            f"{size} ranks {nbytes >> 20} MiB: "
+            + ", ".join(
+                f"{k} {med[k] * 1e3:.2f} ms {bw[k]:.2f} GB/s" + (f" ({bw[k] / bw['gloo']:.2f}x)" if k != "gloo" else "")
+                for k in groups
+            ),
+            flush=True,
+        )
 dist.destroy_process_group()

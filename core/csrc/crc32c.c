@@ -64,19 +64,16 @@ __attribute__((target("sse4.2"))) static uint32_t hard(uint32_t c, const unsigne
 #endif
 
 uint32_t uc_crc32c(uint32_t crc, const void *buf, size_t n) {
-    if (!initialised)
-        init(); /* idempotent: racing first callers compute the same tables */
+    if (!initialised) init(); /* idempotent: racing first callers compute the same tables */
     uint32_t c = ~crc;
 #if defined(__x86_64__)
-    if (hw)
-        return ~hard(c, (const unsigned char *)buf, n);
+    if (hw) return ~hard(c, (const unsigned char *)buf, n);
 #endif
     return ~soft(c, (const unsigned char *)buf, n);
 }
 
 int uc_crc32c_hw(void) {
-    if (!initialised)
-        init();
+    if (!initialised) init();
     return hw;
 }
 

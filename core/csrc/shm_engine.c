@@ -60,9 +60,9 @@
 #define PAGE 4096
 #define NREC 8
 #define NDTYPES 12
-#define NOPS 4 /* SUM PROD MAX MIN */
-#define CHECK_NS 50000000ULL  /* health checks: after and every 50 ms of waiting */
-#define SLEEP_NS 20000000L    /* futex sleeps at most this long between checks */
+#define NOPS 4                      /* SUM PROD MAX MIN */
+#define CHECK_NS 50000000ULL        /* health checks: after and every 50 ms of waiting */
+#define SLEEP_NS 20000000L          /* futex sleeps at most this long between checks */
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
 /* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers
@@ -127,8 +127,8 @@ struct uc_shm {
     void *interrupt_ctx;
     long owner_pid; /* the process that opened it (a forked child must not act for it) */
     uint64_t timeout_ns;
-    uint64_t g;       /* next chunk number */
-    uint64_t agree_g; /* 1 + chunk of my last published record, 0 none */
+    uint64_t g;            /* next chunk number */
+    uint64_t agree_g;      /* 1 + chunk of my last published record, 0 none */
     const int64_t *rec_in; /* uc_shm_all_reduce_agreed: this rank's record, until judged */
     int64_t *rec_out;      /* ... and where every rank's record goes */
     int arriving;          /* in the rendezvous that starts a call: a timeout there means "never came" */
@@ -138,19 +138,19 @@ struct uc_shm {
     int used_nt;
     const char *op;
     uint64_t t_call;
-    uint64_t g_call;  /* e->g when the call began: chunks are numbered from there in messages */
-    int checksum;       /* see uc_hdr.checksum */
+    uint64_t g_call; /* e->g when the call began: chunks are numbered from there in messages */
+    int checksum;    /* see uc_hdr.checksum */
     uint32_t flip_ppm;
-    uint64_t rng;       /* xorshift state of the fault injection */
-    uint32_t *crcs;     /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
+    uint64_t rng;   /* xorshift state of the fault injection */
+    uint32_t *crcs; /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
     uint64_t crc_failures, recopies;
     const void **src; /* [2 * size] scratch for folds (the second half: fold's ring order) */
     uc_shm_event *ev; /* uc_shm_trace: events of the calls since the last take */
     size_t ev_cap, ev_n;
     uint64_t ev_dropped;
-    int ring_order;   /* this call folds in gloo's ring order (UC_SHM_RING_ORDER) */
-    long *pids;       /* [size] peers' pids (after the first call) */
-    int *missing;     /* [size] */
+    int ring_order; /* this call folds in gloo's ring order (UC_SHM_RING_ORDER) */
+    long *pids;     /* [size] peers' pids (after the first call) */
+    int *missing;   /* [size] */
     uc_shm_error err;
     char first_error[512];
 };
@@ -201,7 +201,9 @@ static inline void signal_line(uc_line *l, uint64_t v) {
         syscall(SYS_futex, futex_word(l), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline void sig(uc_shm *e, size_t off, uint64_t v) { signal_line(line_of(e, e->rank, off), v); }
+static inline void sig(uc_shm *e, size_t off, uint64_t v) {
+    signal_line(line_of(e, e->rank, off), v);
+}
 
 static void wake_all_mine(uc_shm *e) {
     static const size_t offs[] = {OFF_READY, OFF_REDUCED, OFF_CONSUMED, OFF_HELLO, OFF_PROBE};
@@ -216,13 +218,13 @@ static void copy_nt(void *dst, const void *src, size_t n) {
     char *d = dst;
     const char *s = src;
     size_t head = (size_t)(-(uintptr_t)d) & 15;
-    if (head > n)
-        head = n;
+    if (head > n) head = n;
     memcpy(d, s, head);
     d += head, s += head, n -= head;
     for (; n >= 64; n -= 64, d += 64, s += 64) {
         __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), f = _mm_loadu_si128((const __m128i *)(s + 48));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)),
+                f = _mm_loadu_si128((const __m128i *)(s + 48));
         _mm_stream_si128((__m128i *)d, a);
         _mm_stream_si128((__m128i *)(d + 16), b);
         _mm_stream_si128((__m128i *)(d + 32), c);
@@ -245,8 +247,7 @@ static inline void copy_out(uc_shm *e, void *dst, const void *src, size_t n, int
 
 static inline void nt_fence(uc_shm *e) {
 #if defined(UC_X86)
-    if (e->used_nt)
-        _mm_sfence();
+    if (e->used_nt) _mm_sfence();
 #endif
     e->used_nt = 0;
 }
@@ -275,8 +276,7 @@ static void set_err(uc_shm_error *err, int code, const char *op, const char *fmt
 /* Publish this rank's failure so that peers waiting on it fail promptly. */
 static void publish_abort(uc_shm *e, int code, int culprit, long pid, const char *text) {
     uc_ctrl *me = &e->ctrl[e->rank];
-    if (atomic_load_explicit(&me->abort_code, memory_order_relaxed) != ABORT_NONE)
-        return;
+    if (atomic_load_explicit(&me->abort_code, memory_order_relaxed) != ABORT_NONE) return;
     me->abort_rank = culprit;
     me->abort_pid = pid;
     snprintf(me->abort_text, sizeof me->abort_text, "%s", text);
@@ -322,22 +322,18 @@ static int proc_stat(long pid, char *state, uint64_t *start) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%ld/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? -1 : -2;
+    if (fd < 0) return errno == ENOENT || errno == ESRCH ? -1 : -2;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0)
-        return n < 0 && errno == ESRCH ? -1 : -2;
+    if (n <= 0) return n < 0 && errno == ESRCH ? -1 : -2;
     buf[n] = 0;
     char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return -2;
+    if (!p || p[1] != ' ') return -2;
     p += 2;
     *state = *p;
     for (int field = 3; field < 22; field++) {
         p = strchr(p, ' ');
-        if (!p)
-            return -2;
+        if (!p) return -2;
         p++;
     }
     *start = strtoull(p, NULL, 10);
@@ -358,11 +354,9 @@ static int peer_dead(uc_shm *e, int q) {
     char state = 0;
     uint64_t start = 0;
     int rc = proc_stat(pid, &state, &start);
-    if (rc == -1)
-        return 1;
+    if (rc == -1) return 1;
     if (rc == 0) {
-        if (state == 'Z' || state == 'X' || state == 'x')
-            return 1;
+        if (state == 'Z' || state == 'X' || state == 'x') return 1;
         uint64_t want = e->ctrl[q].start_time;
         return want && start != want;
     }
@@ -372,8 +366,10 @@ static int peer_dead(uc_shm *e, int q) {
 /* ------------------------------------------------------------------- waits */
 static int next_pending(uc_shm *e, size_t off, uint64_t target, int only, int from) {
     if (only >= 0)
-        return from <= only && atomic_load_explicit(&line_of(e, only, off)->seq, memory_order_acquire) < target
-                   ? only : -1;
+        return from <= only &&
+                       atomic_load_explicit(&line_of(e, only, off)->seq, memory_order_acquire) < target
+                   ? only
+                   : -1;
     for (int q = from; q < e->size; q++)
         if (q != e->rank && atomic_load_explicit(&line_of(e, q, off)->seq, memory_order_acquire) < target)
             return q;
@@ -426,18 +422,17 @@ static const char *awaited(uc_shm *e, size_t off, uint64_t target) {
 static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64_t t) {
     if (atomic_load_explicit(&e->abort_requested, memory_order_acquire)) { /* before the peers' verdicts:
                                                                               they may echo this abort */
-        set_err(&e->err, UC_SHM_EABORTED, e->op, "the call was stopped: the communicator was aborted on rank %d",
-                e->rank);
+        set_err(&e->err, UC_SHM_EABORTED, e->op,
+                "the call was stopped: the communicator was aborted on rank %d", e->rank);
         return UC_SHM_EABORTED;
     }
     for (int p = 0; p < e->size; p++) {
-        if (p == e->rank)
-            continue;
+        if (p == e->rank) continue;
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_acquire);
-        if (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT)
-            return remote_abort(e, p);
+        if (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT) return remote_abort(e, p);
     }
-    for (int q = next_pending(e, off, target, only, 0); q >= 0; q = next_pending(e, off, target, only, q + 1)) {
+    for (int q = next_pending(e, off, target, only, 0); q >= 0;
+         q = next_pending(e, off, target, only, q + 1)) {
         if (atomic_load_explicit(&e->ctrl[q].abort_code, memory_order_acquire) == ABORT_CLOSED) {
             set_err(&e->err, UC_SHM_EREMOTE, e->op, "rank %d closed its engine while %s was waiting for it",
                     q, e->op);
@@ -461,12 +456,14 @@ static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64
     if (e->timeout_ns && t - e->t_call > e->timeout_ns) {
         int k = 0, len = 0;
         char list[256] = "";
-        for (int q = next_pending(e, off, target, only, 0); q >= 0; q = next_pending(e, off, target, only, q + 1)) {
+        for (int q = next_pending(e, off, target, only, 0); q >= 0;
+             q = next_pending(e, off, target, only, q + 1)) {
             e->missing[k++] = q;
             if (len < (int)sizeof list - 16)
                 len += snprintf(list + len, sizeof list - len, "%s%d", k > 1 ? ", " : "", q);
         }
-        int arrival = e->arriving || strcmp(e->op ? e->op : "", "agree") == 0; /* the rendezvous that starts a call */
+        int arrival =
+            e->arriving || strcmp(e->op ? e->op : "", "agree") == 0; /* the rendezvous that starts a call */
         set_err(&e->err, UC_SHM_ETIMEOUT, e->op, "rank %d timed out after %.3g s waiting for rank%s %s %s%s",
                 e->rank, (double)e->timeout_ns * 1e-9, k > 1 ? "s" : "", list, awaited(e, off, target),
                 arrival ? " (they never started this call)" : "");
@@ -501,8 +498,7 @@ static inline int note_cpu(uc_shm *e) {
  * ran on this CPU (it cannot run until we step aside); after yield_ns sleep. */
 static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
     int q = next_pending(e, off, target, only, 0);
-    if (q < 0)
-        return UC_SHM_OK;
+    if (q < 0) return UC_SHM_OK;
     uint64_t start = now_ns(), next_check = start + CHECK_NS;
     int me_cpu = note_cpu(e);
     for (;;) {
@@ -511,8 +507,7 @@ static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
         for (int i = together ? 1 : 32; i > 0; i--) {
             if (atomic_load_explicit(&l->seq, memory_order_acquire) >= target) {
                 q = next_pending(e, off, target, only, q + 1);
-                if (q < 0)
-                    return UC_SHM_OK;
+                if (q < 0) return UC_SHM_OK;
                 l = line_of(e, q, off);
             }
             cpu_relax();
@@ -527,25 +522,22 @@ static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
         }
         if (t >= next_check) {
             int rc = check_health(e, off, target, only, t);
-            if (rc)
-                return rc;
+            if (rc) return rc;
             next_check = t + CHECK_NS;
         }
     }
 }
 
-#define WAIT(e, off, target, only)                                                                     \
-    do {                                                                                               \
-        int rc_ = wait_for((e), (off), (target), (only));                                              \
-        if (rc_)                                                                                       \
-            return rc_;                                                                                \
+#define WAIT(e, off, target, only)                                                                           \
+    do {                                                                                                     \
+        int rc_ = wait_for((e), (off), (target), (only));                                                    \
+        if (rc_) return rc_;                                                                                 \
     } while (0)
 
 /* Before writing my slot for chunk g: its previous user, chunk g - 2, is done everywhere. */
-#define WAIT_SLOT(e, g)                                                                                \
-    do {                                                                                               \
-        if ((g) >= 2)                                                                                  \
-            WAIT((e), OFF_CONSUMED, (g) - 1, -1);                                                      \
+#define WAIT_SLOT(e, g)                                                                                      \
+    do {                                                                                                     \
+        if ((g) >= 2) WAIT((e), OFF_CONSUMED, (g) - 1, -1);                                                  \
     } while (0)
 
 /* -------------------------------------------------------------- CMA copies */
@@ -556,14 +548,15 @@ static int cma_failed(uc_shm *e, int peer, int saved, const char *call, size_t n
     if (saved == ESRCH || saved == EFAULT) {
         int dead = saved == ESRCH ? peer : -1;
         for (int q = 0; q < e->size && dead < 0; q++)
-            if (q != e->rank && peer_dead(e, q))
-                dead = q;
+            if (q != e->rank && peer_dead(e, q)) dead = q;
         if (dead >= 0)
-            set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", dead, (long)e->pids[dead],
-                    e->op);
+            set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", dead,
+                    (long)e->pids[dead], e->op);
         else
-            set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) withdrew its buffer during %s (it failed "
-                    "or left the collective)", peer, (long)e->pids[peer], e->op);
+            set_err(&e->err, UC_SHM_EDEAD, e->op,
+                    "rank %d (pid %ld) withdrew its buffer during %s (it failed "
+                    "or left the collective)",
+                    peer, (long)e->pids[peer], e->op);
         e->err.remote_rank = dead >= 0 ? dead : peer;
         e->err.remote_pid = e->pids[e->err.remote_rank];
         return fatal(e);
@@ -576,16 +569,14 @@ static int cma_failed(uc_shm *e, int peer, int saved, const char *call, size_t n
 
 /* ============================================================ tracing */
 static inline uint64_t wall_ns(uc_shm *e) {
-    if (!e->ev)
-        return 0;
+    if (!e->ev) return 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static inline void event(uc_shm *e, uint64_t t0, int kind, int peer, size_t bytes) {
-    if (!e->ev)
-        return;
+    if (!e->ev) return;
     if (e->ev_n == e->ev_cap) {
         e->ev_dropped++;
         return;
@@ -595,8 +586,7 @@ static inline void event(uc_shm *e, uint64_t t0, int kind, int peer, size_t byte
 
 int uc_shm_trace(uc_shm *e, size_t capacity) {
     uc_shm_event *ev = NULL;
-    if (capacity && !(ev = calloc(capacity, sizeof *ev)))
-        return UC_SHM_ESYS;
+    if (capacity && !(ev = calloc(capacity, sizeof *ev))) return UC_SHM_ESYS;
     free(e->ev);
     e->ev = ev;
     e->ev_cap = capacity;
@@ -611,8 +601,7 @@ size_t uc_shm_event_count(const uc_shm *e) {
 
 size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped) {
     size_t n = e->ev_n < max ? e->ev_n : max;
-    if (n)
-        memcpy(out, e->ev, n * sizeof *out);
+    if (n) memcpy(out, e->ev, n * sizeof *out);
     *dropped = e->ev_dropped + (e->ev_n - n);
     e->ev_n = 0;
     e->ev_dropped = 0;
@@ -626,12 +615,9 @@ static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n)
     while (n) {
         struct iovec l = {dst, n}, r = {(void *)(uintptr_t)remote, n};
         ssize_t got = process_vm_readv((pid_t)e->pids[peer], &l, 1, &r, 1, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return cma_failed(e, peer, errno, "process_vm_readv", n);
-        if (got == 0)
-            return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return cma_failed(e, peer, errno, "process_vm_readv", n);
+        if (got == 0) return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
         dst += got, remote += (uint64_t)got, n -= (size_t)got;
     }
     event(e, t0, UC_SHM_EV_READ, peer, total);
@@ -645,12 +631,9 @@ static int cma_write(uc_shm *e, int peer, uint64_t remote, const void *local, si
     while (n) {
         struct iovec l = {(void *)src, n}, r = {(void *)(uintptr_t)remote, n};
         ssize_t put = process_vm_writev((pid_t)e->pids[peer], &l, 1, &r, 1, 0);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put < 0)
-            return cma_failed(e, peer, errno, "process_vm_writev", n);
-        if (put == 0)
-            return FAIL(e, UC_SHM_ESYS, "process_vm_writev to rank %d made no progress", peer);
+        if (put < 0 && errno == EINTR) continue;
+        if (put < 0) return cma_failed(e, peer, errno, "process_vm_writev", n);
+        if (put == 0) return FAIL(e, UC_SHM_ESYS, "process_vm_writev to rank %d made no progress", peer);
         src += put, remote += (uint64_t)put, n -= (size_t)put;
     }
     event(e, t0, UC_SHM_EV_WRITE, peer, total);
@@ -662,15 +645,16 @@ static inline void publish(uc_shm *e, const void *addr) {
     e->ctrl[e->rank].ready.pub_addr = (uint64_t)(uintptr_t)addr;
 }
 
-static inline uint64_t published(uc_shm *e, int q) { return e->ctrl[q].ready.pub_addr; }
+static inline uint64_t published(uc_shm *e, int q) {
+    return e->ctrl[q].ready.pub_addr;
+}
 
 /* --------------------------------------------------------------- the probe */
 static int probe(uc_shm *e) {
     int me = e->rank, n = e->size;
     WAIT(e, OFF_HELLO, 1, -1);
     if (e->creator && !e->unlinked) {
-        if (shm_unlink(e->name) != 0 && errno != ENOENT)
-            return sys_fail(e, "shm_unlink");
+        if (shm_unlink(e->name) != 0 && errno != ENOENT) return sys_fail(e, "shm_unlink");
         e->unlinked = 1;
     }
     for (int q = 0; q < n; q++)
@@ -689,7 +673,8 @@ static int probe(uc_shm *e) {
                 break;
             }
             uint64_t magic = 0;
-            struct iovec l = {&magic, sizeof magic}, r = {(void *)(uintptr_t)e->ctrl[q].base_addr, sizeof magic};
+            struct iovec l = {&magic, sizeof magic},
+                         r = {(void *)(uintptr_t)e->ctrl[q].base_addr, sizeof magic};
             ssize_t got = process_vm_readv((pid_t)e->pids[q], &l, 1, &r, 1, 0);
             if (got != (ssize_t)sizeof magic || magic != UC_SHM_MAGIC) {
                 verdict = 2;
@@ -709,8 +694,7 @@ static int probe(uc_shm *e) {
     e->cma_reason[0] = 0;
     for (int q = 0; q < n && e->cma; q++) {
         uc_ctrl *o = &e->ctrl[q];
-        if (o->verdict == 1)
-            continue;
+        if (o->verdict == 1) continue;
         e->cma = 0;
         if (o->verdict_peer < 0 && e->checksum)
             snprintf(e->cma_reason, sizeof e->cma_reason, "checksums are on (slot copies only)");
@@ -746,8 +730,8 @@ static int begin(uc_shm *e, const char *op) {
         return UC_SHM_EABORTED;
     }
     if (e->broken) {
-        set_err(&e->err, UC_SHM_EBROKEN, op, "the shared-memory engine is unusable after an earlier error: %s",
-                e->first_error);
+        set_err(&e->err, UC_SHM_EBROKEN, op,
+                "the shared-memory engine is unusable after an earlier error: %s", e->first_error);
         atomic_store(&e->busy, 0);
         return UC_SHM_EBROKEN;
     }
@@ -791,13 +775,10 @@ static int bad(uc_shm *e, const char *fmt, ...) {
 static int check_reduce_args(uc_shm *e, size_t count, size_t blocks, int dtype, int op, size_t *isz) {
     if (dtype < 0 || dtype >= NDTYPES)
         return bad(e, "dtype code %d is not one of uniccl's 0..%d", dtype, NDTYPES - 1);
-    if (op < 0 || op >= NOPS)
-        return bad(e, "op code %d is not SUM, PROD, MAX or MIN (0..3)", op);
-    if (!e->reduce && e->size > 1)
-        return bad(e, "no reduce kernel was given to this engine");
+    if (op < 0 || op >= NOPS) return bad(e, "op code %d is not SUM, PROD, MAX or MIN (0..3)", op);
+    if (!e->reduce && e->size > 1) return bad(e, "no reduce kernel was given to this engine");
     *isz = ITEMSIZE[dtype];
-    if (count > SIZE_MAX / *isz / blocks)
-        return bad(e, "count %zu is too large", count);
+    if (count > SIZE_MAX / *isz / blocks) return bad(e, "count %zu is too large", count);
     return UC_SHM_OK;
 }
 
@@ -805,8 +786,7 @@ static int check_reduce_args(uc_shm *e, size_t count, size_t blocks, int dtype, 
  * reduce_scatter with UC_SHM_RING_ORDER, where the folding rank owns the block) the terms
  * are taken as gloo's ring adds them: ranks me-1, me-2, ..., me+1, then me. */
 static int fold(uc_shm *e, void *dst, const void **src, size_t count, int dtype, int op) {
-    if (!count)
-        return UC_SHM_OK;
+    if (!count) return UC_SHM_OK;
     if (e->ring_order) {
         int n = e->size, me = e->rank;
         const void **o = e->src + n;
@@ -821,7 +801,8 @@ static int fold(uc_shm *e, void *dst, const void **src, size_t count, int dtype,
         rc = e->reduce(dst, dst, src[q], count, dtype, op);
     event(e, t0, UC_SHM_EV_REDUCE, -1, count * ITEMSIZE[dtype]);
     if (rc)
-        return FAIL(e, UC_SHM_EKERNEL, "the reduce kernel returned status %d (dtype %d, op %d)", rc, dtype, op);
+        return FAIL(e, UC_SHM_EKERNEL, "the reduce kernel returned status %d (dtype %d, op %d)", rc, dtype,
+                    op);
     return UC_SHM_OK;
 }
 
@@ -838,13 +819,14 @@ static inline uint32_t *crc_of(uc_shm *e, int r, uint64_t g) {
 }
 
 static inline void seal(uc_shm *e, uint64_t g, int region, const void *p, size_t n) {
-    if (e->checksum)
-        crc_of(e, e->rank, g)[region] = uc_crc32c(0, p, n);
+    if (e->checksum) crc_of(e, e->rank, g)[region] = uc_crc32c(0, p, n);
 }
 
 static int corrupt(uc_shm *e, int q, uint64_t g, int region, const char *what) {
-    set_err(&e->err, UC_SHM_ECORRUPT, e->op, "%s of rank %d (chunk %llu of this call, region %d) failed its "
-            "CRC-32C check%s", what, q, (unsigned long long)(g - e->g_call), region,
+    set_err(&e->err, UC_SHM_ECORRUPT, e->op,
+            "%s of rank %d (chunk %llu of this call, region %d) failed its "
+            "CRC-32C check%s",
+            what, q, (unsigned long long)(g - e->g_call), region,
             e->flip_ppm ? " (fault injection is on)" : "");
     e->err.remote_rank = q;
     return fatal(e);
@@ -856,8 +838,7 @@ static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void 
     copy_out(e, dst, src, n, nt);
     if (q != e->rank) /* a peer's data (not this rank's own, staged in its own slot) */
         event(e, t0, UC_SHM_EV_COPY, q, n);
-    if (!e->checksum || !n)
-        return UC_SHM_OK;
+    if (!e->checksum || !n) return UC_SHM_OK;
     nt_fence(e);
     uint32_t want = crc_of(e, q, g)[region];
     for (int tries = 0;; tries++) {
@@ -866,11 +847,9 @@ static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void 
             if (e->rng % 1000000 < e->flip_ppm)
                 ((unsigned char *)dst)[(e->rng >> 20) % n] ^= (unsigned char)(1u << ((e->rng >> 8) & 7));
         }
-        if (uc_crc32c(0, dst, n) == want)
-            return UC_SHM_OK;
+        if (uc_crc32c(0, dst, n) == want) return UC_SHM_OK;
         e->crc_failures++;
-        if (tries == 3)
-            return corrupt(e, q, g, region, "a copy of a region");
+        if (tries == 3) return corrupt(e, q, g, region, "a copy of a region");
         e->recopies++;
         memcpy(dst, src, n);
     }
@@ -878,17 +857,15 @@ static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void 
 
 /* a region of rank q's slot about to be folded, checked where it lies */
 static inline int check_src(uc_shm *e, int q, uint64_t g, int region, const void *src, size_t n) {
-    if (!e->checksum || !n || uc_crc32c(0, src, n) == crc_of(e, q, g)[region])
-        return UC_SHM_OK;
+    if (!e->checksum || !n || uc_crc32c(0, src, n) == crc_of(e, q, g)[region]) return UC_SHM_OK;
     e->crc_failures++;
     return corrupt(e, q, g, region, "a region");
 }
 
-#define CHECKED(call)                                                                                  \
-    do {                                                                                               \
-        int rc_ = (call);                                                                              \
-        if (rc_)                                                                                       \
-            return rc_;                                                                                \
+#define CHECKED(call)                                                                                        \
+    do {                                                                                                     \
+        int rc_ = (call);                                                                                    \
+        if (rc_) return rc_;                                                                                 \
     } while (0)
 
 /* Part q of a chunk of m elements: cache-line aligned, near equal. */
@@ -914,8 +891,7 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
         for (int q = 0; q < e->size; q++) {
             size_t a, b;
             part(m, e->size, q, isz, &a, &b);
-            if (q != e->rank)
-                seal(e, g, q, s + a * isz, (b - a) * isz);
+            if (q != e->rank) seal(e, g, q, s + a * isz, (b - a) * isz);
         }
     sig(e, OFF_READY, g + 1);
     return UC_SHM_OK;
@@ -937,10 +913,8 @@ static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
  * an error) meets it and both see every record.  On a difference every rank leaves at
  * generation g + 1, as after agree_impl, with nothing read from anyone's data. */
 static int rec_publish(uc_shm *e) {
-    if (!e->rec_in)
-        return UC_SHM_OK;
-    if (e->agree_g)
-        WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
+    if (!e->rec_in) return UC_SHM_OK;
+    if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
     memcpy(e->ctrl[e->rank].record, e->rec_in, NREC * sizeof(int64_t));
     e->arriving = 1;
     return UC_SHM_OK;
@@ -948,21 +922,18 @@ static int rec_publish(uc_shm *e) {
 
 /* After the rendezvous of generation g (every rank's READY >= g + 1). */
 static int rec_judge(uc_shm *e, uint64_t g) {
-    if (!e->rec_in)
-        return UC_SHM_OK;
+    if (!e->rec_in) return UC_SHM_OK;
     const int64_t *mine = e->rec_in;
     int same = 1;
     for (int q = 0; q < e->size; q++) {
         const int64_t *r = q == e->rank ? mine : e->ctrl[q].record;
         memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
-        if (q != e->rank && memcmp(r, mine, NREC * sizeof(int64_t)) != 0)
-            same = 0;
+        if (q != e->rank && memcmp(r, mine, NREC * sizeof(int64_t)) != 0) same = 0;
     }
     e->rec_in = NULL;
     e->arriving = 0;
     e->agree_g = g + 1; /* the peers' CONSUMED g + 1 comes after they read the records */
-    if (same)
-        return UC_SHM_OK;
+    if (same) return UC_SHM_OK;
     sig(e, OFF_CONSUMED, g + 1);
     e->g = g + 1;
     return UC_SHM_EMISMATCH;
@@ -975,19 +946,15 @@ static int reduce_small(uc_shm *e, const void *send, void *recv, size_t count, s
                         int root) {
     uint64_t g = e->g++;
     int rc = rec_publish(e);
-    if (rc || (rc = stage(e, g, send, count * isz)))
-        return rc;
+    if (rc || (rc = stage(e, g, send, count * isz))) return rc;
     if (root < 0 || root == e->rank) {
         WAIT(e, OFF_READY, g + 1, -1);
-        if ((rc = rec_judge(e, g)))
-            return rc;
+        if ((rc = rec_judge(e, g))) return rc;
         for (int q = 0; q < e->size; q++) {
             e->src[q] = slot(e, q, g);
-            if (q != e->rank)
-                CHECKED(check_src(e, q, g, WHOLE(e), e->src[q], count * isz));
+            if (q != e->rank) CHECKED(check_src(e, q, g, WHOLE(e), e->src[q], count * isz));
         }
-        if ((rc = fold(e, recv, e->src, count, dtype, op)))
-            return rc;
+        if ((rc = fold(e, recv, e->src, count, dtype, op))) return rc;
     }
     sig(e, OFF_CONSUMED, g + 1);
     return UC_SHM_OK;
@@ -1008,35 +975,30 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
     uint64_t g0 = e->g;
     e->g += nchunks;
     int rc = rec_publish(e);
-    if (rc || (rc = stage_parts(e, g0, send, count < chunk ? count : chunk, isz)))
-        return rc;
+    if (rc || (rc = stage_parts(e, g0, send, count < chunk ? count : chunk, isz))) return rc;
     for (size_t k = 0; k < nchunks; k++) {
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = count - off < chunk ? count - off : chunk;
         size_t lo, hi;
         /* B */
         WAIT(e, OFF_READY, g + 1, -1);
-        if (k == 0 && (rc = rec_judge(e, g0)))
-            return rc;
+        if (k == 0 && (rc = rec_judge(e, g0))) return rc;
         part(m, n, me, isz, &lo, &hi);
         if (hi > lo) {
             for (int q = 0; q < n; q++) {
-                e->src[q] = q == me ? (const void *)(send + (off + lo) * isz) : (const void *)(slot(e, q, g) + lo * isz);
-                if (q != me)
-                    CHECKED(check_src(e, q, g, me, e->src[q], (hi - lo) * isz));
+                e->src[q] = q == me ? (const void *)(send + (off + lo) * isz)
+                                    : (const void *)(slot(e, q, g) + lo * isz);
+                if (q != me) CHECKED(check_src(e, q, g, me, e->src[q], (hi - lo) * isz));
             }
-            if ((rc = fold(e, slot(e, me, g) + lo * isz, e->src, hi - lo, dtype, op)))
-                return rc;
+            if ((rc = fold(e, slot(e, me, g) + lo * isz, e->src, hi - lo, dtype, op))) return rc;
         }
         seal(e, g, me, slot(e, me, g) + lo * isz, (hi - lo) * isz); /* my reduced part, read by all in C */
         sig(e, OFF_REDUCED, g + 1);
-        if (!gather)
-            sig(e, OFF_CONSUMED, g + 1);
+        if (!gather) sig(e, OFF_CONSUMED, g + 1);
         /* A(k+1) */
         if (k + 1 < nchunks) {
             size_t off1 = off + m, m1 = count - off1 < chunk ? count - off1 : chunk;
-            if ((rc = stage_parts(e, g + 1, send + off1 * isz, m1, isz)))
-                return rc;
+            if ((rc = stage_parts(e, g + 1, send + off1 * isz, m1, isz))) return rc;
         }
         /* C */
         if (gather) {
@@ -1044,7 +1006,8 @@ static int reduce_pipe(uc_shm *e, const char *send, char *recv, size_t count, si
             for (int q = 0; q < n; q++) {
                 part(m, n, q, isz, &lo, &hi);
                 if (hi > lo)
-                    CHECKED(take(e, q, g, q, recv + (off + lo) * isz, slot(e, q, g) + lo * isz, (hi - lo) * isz, nt));
+                    CHECKED(take(e, q, g, q, recv + (off + lo) * isz, slot(e, q, g) + lo * isz,
+                                 (hi - lo) * isz, nt));
             }
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -1068,8 +1031,7 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
     uc_line *mine = &e->ctrl[me].ready;
     mine->pub_addr = (uint64_t)(uintptr_t)send;
     mine->pub_addr2 = (uint64_t)(uintptr_t)recv;
-    if ((rc = rec_publish(e)))
-        return rc;
+    if ((rc = rec_publish(e))) return rc;
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
     if ((rc = rec_judge(e, g)))
@@ -1081,7 +1043,8 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
     /* fold straight into my recv unless that aliases my own input (in place) */
     int direct = want_mine && !overlaps(recv + dst_off, len * isz, send + src_off, len * isz);
     for (size_t off = 0; off < len; off += m) {
-        size_t k = len - off < m ? len - off : m, nb = k * isz, so = src_off + off * isz, d = dst_off + off * isz;
+        size_t k = len - off < m ? len - off : m, nb = k * isz, so = src_off + off * isz,
+               d = dst_off + off * isz;
         for (int j = 1; j < n; j++) {
             int q = (me + j) % n;
             if ((rc = cma_read(e, q, scratch + (size_t)q * area, e->ctrl[q].ready.pub_addr + so, nb)))
@@ -1090,19 +1053,16 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
         for (int q = 0; q < n; q++)
             e->src[q] = q == me ? (const void *)(send + so) : (const void *)(scratch + (size_t)q * area);
         uint8_t *res = direct ? (uint8_t *)recv + d : scratch + (size_t)n * area;
-        if ((rc = fold(e, res, e->src, k, dtype, op)))
-            return rc;
-        if (want_mine && !direct)
-            memcpy(recv + d, res, nb);
-        if (root == -2)
-            continue;
+        if ((rc = fold(e, res, e->src, k, dtype, op))) return rc;
+        if (want_mine && !direct) memcpy(recv + d, res, nb);
+        if (root == -2) continue;
         for (int j = 1; j < n; j++) {
             int q = (me + j) % n;
             if ((root == -1 || root == q) && (rc = cma_write(e, q, e->ctrl[q].ready.pub_addr2 + d, res, nb)))
                 return rc;
         }
     }
-    sig(e, OFF_CONSUMED, g + 1);     /* done with every peer's buffers */
+    sig(e, OFF_CONSUMED, g + 1);      /* done with every peer's buffers */
     WAIT(e, OFF_CONSUMED, g + 1, -1); /* and they with mine */
     return UC_SHM_OK;
 }
@@ -1114,18 +1074,14 @@ static inline int use_cma_reduce(uc_shm *e, size_t part_bytes) {
 static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op) {
     int rc = UC_SHM_OK;
     size_t isz = 1;
-    if ((rc = check_reduce_args(e, count, 1, dtype, op, &isz)))
-        return rc;
+    if ((rc = check_reduce_args(e, count, 1, dtype, op, &isz))) return rc;
     size_t nbytes = count * isz;
-    if (nbytes && (!send || !recv))
-        return bad(e, "null buffer");
+    if (nbytes && (!send || !recv)) return bad(e, "null buffer");
     if (send != recv && overlaps(send, nbytes, recv, nbytes))
         return bad(e, "sendbuf and recvbuf overlap without being the same buffer");
-    if (!nbytes)
-        return UC_SHM_OK;
+    if (!nbytes) return UC_SHM_OK;
     if (e->size == 1) {
-        if (send != recv)
-            memcpy(recv, send, nbytes);
+        if (send != recv) memcpy(recv, send, nbytes);
         return UC_SHM_OK;
     }
     size_t lo, hi;
@@ -1142,21 +1098,16 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
 static int reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root) {
     int rc = UC_SHM_OK;
     size_t isz = 1;
-    if ((rc = check_reduce_args(e, count, 1, dtype, op, &isz)))
-        return rc;
-    if (root < 0 || root >= e->size)
-        return bad(e, "root %d is not a rank of 0..%d", root, e->size - 1);
+    if ((rc = check_reduce_args(e, count, 1, dtype, op, &isz))) return rc;
+    if (root < 0 || root >= e->size) return bad(e, "root %d is not a rank of 0..%d", root, e->size - 1);
     size_t nbytes = count * isz;
     int is_root = e->rank == root;
-    if (nbytes && (!send || (is_root && !recv)))
-        return bad(e, "null buffer");
+    if (nbytes && (!send || (is_root && !recv))) return bad(e, "null buffer");
     if (is_root && send != recv && overlaps(send, nbytes, recv, nbytes))
         return bad(e, "sendbuf and recvbuf overlap without being the same buffer");
-    if (!nbytes)
-        return UC_SHM_OK;
+    if (!nbytes) return UC_SHM_OK;
     if (e->size == 1) {
-        if (send != recv)
-            memcpy(recv, send, nbytes);
+        if (send != recv) memcpy(recv, send, nbytes);
         return UC_SHM_OK;
     }
     size_t lo, hi;
@@ -1177,28 +1128,23 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
     int rc = UC_SHM_OK;
     size_t isz = 1;
     int me = e->rank, n = e->size;
-    if ((rc = check_reduce_args(e, count, (size_t)n, dtype, op, &isz)))
-        return rc;
+    if ((rc = check_reduce_args(e, count, (size_t)n, dtype, op, &isz))) return rc;
     const char *send = send_;
     char *recv = recv_;
     size_t bbytes = count * isz;
-    if (bbytes && (!send || !recv))
-        return bad(e, "null buffer");
+    if (bbytes && (!send || !recv)) return bad(e, "null buffer");
     int inplace = recv == send + (size_t)me * bbytes;
     if (!inplace && overlaps(send, bbytes * n, recv, bbytes))
         return bad(e, "recvbuf overlaps sendbuf without being block %d of it", me);
-    if (!bbytes)
-        return UC_SHM_OK;
+    if (!bbytes) return UC_SHM_OK;
     if (n == 1) {
-        if (!inplace)
-            memcpy(recv, send, bbytes);
+        if (!inplace) memcpy(recv, send, bbytes);
         return UC_SHM_OK;
     }
     if (use_cma_reduce(e, bbytes))
         return reduce_cma(e, send, recv, (size_t)me * bbytes, 0, count, isz, dtype, op, -2);
     size_t mb = (e->slot_bytes / (size_t)n) / 64 * 64 / isz; /* elements per block per chunk */
-    if (!mb)
-        mb = 1;
+    if (!mb) mb = 1;
     size_t nchunks = (count + mb - 1) / mb;
     uint64_t g0 = e->g;
     e->g += nchunks;
@@ -1222,8 +1168,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
             for (int q = 0; q < n; q++) {
                 e->src[q] = q == me && !inplace ? (const void *)(send + ((size_t)me * count + off) * isz)
                                                 : (const void *)(slot(e, q, g) + (size_t)me * mb * isz);
-                if (q != me)
-                    CHECKED(check_src(e, q, g, me, e->src[q], m * isz));
+                if (q != me) CHECKED(check_src(e, q, g, me, e->src[q], m * isz));
             }
             rc = fold(e, recv + off * isz, e->src, m, dtype, op);
             sig(e, OFF_CONSUMED, g + 1);
@@ -1241,12 +1186,9 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
     int rc = UC_SHM_OK;
     char *buf = buf_;
     int me = e->rank, n = e->size;
-    if (root < 0 || root >= n)
-        return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
-    if (nbytes && !buf)
-        return bad(e, "null buffer");
-    if (!nbytes || n == 1)
-        return UC_SHM_OK;
+    if (root < 0 || root >= n) return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
+    if (nbytes && !buf) return bad(e, "null buffer");
+    if (!nbytes || n == 1) return UC_SHM_OK;
     if (use_cma(e, nbytes)) {
         uint64_t g = e->g++;
         if (me == root) {
@@ -1256,8 +1198,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
             WAIT(e, OFF_CONSUMED, g + 1, -1);
         } else {
             WAIT(e, OFF_READY, g + 1, root);
-            if ((rc = cma_read(e, root, buf, published(e, root), nbytes)))
-                return rc;
+            if ((rc = cma_read(e, root, buf, published(e, root), nbytes))) return rc;
             sig(e, OFF_CONSUMED, g + 1);
         }
         return UC_SHM_OK;
@@ -1270,8 +1211,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = nbytes - off < chunk ? nbytes - off : chunk;
         if (me == root) {
-            if ((rc = stage(e, g, buf + off, m)))
-                return rc;
+            if ((rc = stage(e, g, buf + off, m))) return rc;
         } else {
             WAIT(e, OFF_READY, g + 1, root);
             CHECKED(take(e, root, g, WHOLE(e), buf + off, slot(e, root, g), m, nt));
@@ -1286,19 +1226,15 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     const char *send = send_;
     char *recv = recv_;
     int me = e->rank, n = e->size;
-    if (bb > SIZE_MAX / (size_t)n)
-        return bad(e, "block_bytes %zu is too large", bb);
-    if (bb && (!send || !recv))
-        return bad(e, "null buffer");
+    if (bb > SIZE_MAX / (size_t)n) return bad(e, "block_bytes %zu is too large", bb);
+    if (bb && (!send || !recv)) return bad(e, "null buffer");
     char *mine = recv + (size_t)me * bb;
     int inplace = send == mine;
     if (!inplace && overlaps(send, bb, recv, bb * n))
         return bad(e, "sendbuf overlaps recvbuf without being block %d of it", me);
-    if (!bb)
-        return UC_SHM_OK;
+    if (!bb) return UC_SHM_OK;
     if (n == 1) {
-        if (!inplace)
-            memcpy(mine, send, bb);
+        if (!inplace) memcpy(mine, send, bb);
         return UC_SHM_OK;
     }
     int nt = bb * n >= e->nt_min_bytes;
@@ -1306,13 +1242,11 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
-        if (!inplace)
-            copy_out(e, mine, send, bb, nt);
+        if (!inplace) copy_out(e, mine, send, bb, nt);
         for (int k = 1; k < n; k++) {
             int q = (me + k) % n;
             WAIT(e, OFF_READY, g + 1, q);
-            if ((rc = cma_read(e, q, recv + (size_t)q * bb, published(e, q), bb)))
-                return rc;
+            if ((rc = cma_read(e, q, recv + (size_t)q * bb, published(e, q), bb))) return rc;
         }
         sig(e, OFF_CONSUMED, g + 1);
         WAIT(e, OFF_CONSUMED, g + 1, -1);
@@ -1321,18 +1255,15 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     size_t chunk = e->slot_bytes, nchunks = (bb + chunk - 1) / chunk;
     uint64_t g0 = e->g;
     e->g += nchunks;
-    if ((rc = stage(e, g0, send, bb < chunk ? bb : chunk)))
-        return rc;
+    if ((rc = stage(e, g0, send, bb < chunk ? bb : chunk))) return rc;
     for (size_t k = 0; k < nchunks; k++) {
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = bb - off < chunk ? bb - off : chunk;
         if (k + 1 < nchunks) {
             size_t off1 = off + m, m1 = bb - off1 < chunk ? bb - off1 : chunk;
-            if ((rc = stage(e, g + 1, send + off1, m1)))
-                return rc;
+            if ((rc = stage(e, g + 1, send + off1, m1))) return rc;
         }
-        if (!inplace)
-            copy_out(e, mine + off, slot(e, me, g), m, nt);
+        if (!inplace) copy_out(e, mine + off, slot(e, me, g), m, nt);
         for (int j = 1; j < n; j++) {
             int q = (me + j) % n;
             WAIT(e, OFF_READY, g + 1, q);
@@ -1348,18 +1279,14 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     const char *send = send_;
     char *recv = recv_;
     int me = e->rank, n = e->size;
-    if (bb > SIZE_MAX / (size_t)n)
-        return bad(e, "block_bytes %zu is too large", bb);
-    if (bb && (!send || !recv))
-        return bad(e, "null buffer");
+    if (bb > SIZE_MAX / (size_t)n) return bad(e, "block_bytes %zu is too large", bb);
+    if (bb && (!send || !recv)) return bad(e, "null buffer");
     if (overlaps(send, bb * n, recv, bb * n))
         return bad(e, "sendbuf and recvbuf overlap (in place all_to_all is not supported here)");
-    if (!bb)
-        return UC_SHM_OK;
+    if (!bb) return UC_SHM_OK;
     int nt = bb * n >= e->nt_min_bytes;
     copy_out(e, recv + (size_t)me * bb, send + (size_t)me * bb, bb, nt);
-    if (n == 1)
-        return UC_SHM_OK;
+    if (n == 1) return UC_SHM_OK;
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         publish(e, send);
@@ -1396,7 +1323,8 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
             for (int j = 1; j < n; j++) {
                 int q = (me + j) % n;
                 WAIT(e, OFF_READY, g + 1, q);
-                CHECKED(take(e, q, g, me, recv + (size_t)q * bb + off, slot(e, q, g) + (size_t)me * mb, m, nt));
+                CHECKED(
+                    take(e, q, g, me, recv + (size_t)q * bb + off, slot(e, q, g) + (size_t)me * mb, m, nt));
             }
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -1409,30 +1337,23 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
     const char *send = send_;
     char *recv = recv_;
     int me = e->rank, n = e->size, is_root = me == root;
-    if (root < 0 || root >= n)
-        return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
-    if (bb > SIZE_MAX / (size_t)n)
-        return bad(e, "block_bytes %zu is too large", bb);
-    if (bb && (!send || (is_root && !recv)))
-        return bad(e, "null buffer");
+    if (root < 0 || root >= n) return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
+    if (bb > SIZE_MAX / (size_t)n) return bad(e, "block_bytes %zu is too large", bb);
+    if (bb && (!send || (is_root && !recv))) return bad(e, "null buffer");
     int inplace = is_root && send == recv + (size_t)me * bb;
     if (is_root && !inplace && overlaps(send, bb, recv, bb * n))
         return bad(e, "sendbuf overlaps recvbuf without being block %d of it", me);
-    if (!bb)
-        return UC_SHM_OK;
+    if (!bb) return UC_SHM_OK;
     int nt = bb * n >= e->nt_min_bytes;
-    if (is_root && !inplace)
-        copy_out(e, recv + (size_t)me * bb, send, bb, nt);
-    if (n == 1)
-        return UC_SHM_OK;
+    if (is_root && !inplace) copy_out(e, recv + (size_t)me * bb, send, bb, nt);
+    if (n == 1) return UC_SHM_OK;
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         if (is_root) {
             for (int k = 1; k < n; k++) {
                 int q = (me + k) % n;
                 WAIT(e, OFF_READY, g + 1, q);
-                if ((rc = cma_read(e, q, recv + (size_t)q * bb, published(e, q), bb)))
-                    return rc;
+                if ((rc = cma_read(e, q, recv + (size_t)q * bb, published(e, q), bb))) return rc;
             }
             sig(e, OFF_CONSUMED, g + 1);
         } else {
@@ -1468,22 +1389,16 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
     const char *send = send_;
     char *recv = recv_;
     int me = e->rank, n = e->size, is_root = me == root;
-    if (root < 0 || root >= n)
-        return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
-    if (bb > SIZE_MAX / (size_t)n)
-        return bad(e, "block_bytes %zu is too large", bb);
-    if (bb && (!recv || (is_root && !send)))
-        return bad(e, "null buffer");
+    if (root < 0 || root >= n) return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
+    if (bb > SIZE_MAX / (size_t)n) return bad(e, "block_bytes %zu is too large", bb);
+    if (bb && (!recv || (is_root && !send))) return bad(e, "null buffer");
     int inplace = is_root && recv == send + (size_t)me * bb;
     if (is_root && !inplace && overlaps(send, bb * n, recv, bb))
         return bad(e, "recvbuf overlaps sendbuf without being block %d of it", me);
-    if (!bb)
-        return UC_SHM_OK;
+    if (!bb) return UC_SHM_OK;
     int nt = bb >= e->nt_min_bytes;
-    if (is_root && !inplace)
-        copy_out(e, recv, send + (size_t)me * bb, bb, nt);
-    if (n == 1)
-        return UC_SHM_OK;
+    if (is_root && !inplace) copy_out(e, recv, send + (size_t)me * bb, bb, nt);
+    if (n == 1) return UC_SHM_OK;
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         if (is_root) {
@@ -1493,8 +1408,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
             WAIT(e, OFF_CONSUMED, g + 1, -1);
         } else {
             WAIT(e, OFF_READY, g + 1, root);
-            if ((rc = cma_read(e, root, recv, published(e, root) + (uint64_t)me * bb, bb)))
-                return rc;
+            if ((rc = cma_read(e, root, recv, published(e, root) + (uint64_t)me * bb, bb))) return rc;
             sig(e, OFF_CONSUMED, g + 1);
         }
         return UC_SHM_OK;
@@ -1525,8 +1439,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
 
 /* ================================================================ agree */
 static int barrier_impl(uc_shm *e) {
-    if (e->size == 1)
-        return UC_SHM_OK;
+    if (e->size == 1) return UC_SHM_OK;
     uint64_t g = e->g++;
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
@@ -1536,21 +1449,18 @@ static int barrier_impl(uc_shm *e) {
 
 static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     int me = e->rank, n = e->size;
-    if (!record || !out)
-        return bad(e, "null record");
+    if (!record || !out) return bad(e, "null record");
     if (n == 1) {
         memmove(out, record, NREC * sizeof(int64_t));
         return UC_SHM_OK;
     }
     uint64_t g = e->g++;
-    if (e->agree_g)
-        WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
+    if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
     memcpy(e->ctrl[me].record, record, NREC * sizeof(int64_t));
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
     for (int q = 0; q < n; q++)
-        if (q != me)
-            memcpy(out + (size_t)q * NREC, e->ctrl[q].record, NREC * sizeof(int64_t));
+        if (q != me) memcpy(out + (size_t)q * NREC, e->ctrl[q].record, NREC * sizeof(int64_t));
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
     sig(e, OFF_CONSUMED, g + 1);
     e->agree_g = g + 1;
@@ -1570,8 +1480,7 @@ int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dty
 
 int uc_shm_reduce_scatter(uc_shm *e, const void *send_, void *recv_, size_t count, int dtype, int op) {
     int rc = begin(e, "reduce_scatter");
-    if (rc)
-        return rc;
+    if (rc) return rc;
     e->ring_order = op >= 0 && (op & UC_SHM_RING_ORDER) != 0;
     rc = reduce_scatter_impl(e, send_, recv_, count, dtype, e->ring_order ? op & ~UC_SHM_RING_ORDER : op);
     e->ring_order = 0;
@@ -1611,10 +1520,8 @@ int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out) {
 int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
                              size_t count, int dtype, int op) {
     int rc = begin(e, "all_reduce");
-    if (rc)
-        return rc;
-    if (!record || !out)
-        return end(e, bad(e, "null record"));
+    if (rc) return rc;
+    if (!record || !out) return end(e, bad(e, "null record"));
     if (!count || e->size == 1) { /* the data has no rendezvous to ride on: one of its own */
         if (!(rc = agree_impl(e, record, out)))
             for (int q = 0; q < e->size; q++)
@@ -1648,18 +1555,17 @@ static uint64_t self_start_time(void) {
 
 static int cpu_count(void) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
 
-uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes, uc_shm_reduce_fn reduce,
-                    double timeout, int cma_allowed, const uc_shm_tuning *tuning, uc_shm_error *err) {
+uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
+                    uc_shm_reduce_fn reduce, double timeout, int cma_allowed, const uc_shm_tuning *tuning,
+                    uc_shm_error *err) {
     static const char *op = "open";
     uc_shm_tuning t = {0};
-    if (tuning)
-        t = *tuning;
+    if (tuning) t = *tuning;
     memset(err, 0, sizeof *err);
     if (!name || name[0] != '/' || strchr(name + 1, '/') || strlen(name) < 2 || strlen(name) > 250) {
         set_err(err, UC_SHM_EINVAL, op, "segment name must be '/' followed by 1-249 characters without '/'");
@@ -1672,7 +1578,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     if ((create || slot_bytes) && (slot_bytes < PAGE || slot_bytes % PAGE || slot_bytes > (1UL << 30) ||
                                    slot_bytes < (size_t)size * 64)) {
         set_err(err, UC_SHM_EINVAL, op,
-                "slot_bytes %zu must be a multiple of 4096 in [4096, 1 GiB] and at least 64 x size", slot_bytes);
+                "slot_bytes %zu must be a multiple of 4096 in [4096, 1 GiB] and at least 64 x size",
+                slot_bytes);
         return NULL;
     }
     if (!(timeout >= 0) || timeout > 1e9) {
@@ -1722,12 +1629,14 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         /* ftruncate only sizes a sparse file: on a /dev/shm too small for it the first touch of
          * a page past the free space is a SIGBUS.  Reserve every page now, or fail here. */
         struct statvfs vfs;
-        unsigned long long avail = fstatvfs(fd, &vfs) == 0 ? (unsigned long long)vfs.f_bavail * vfs.f_frsize : 0;
+        unsigned long long avail =
+            fstatvfs(fd, &vfs) == 0 ? (unsigned long long)vfs.f_bavail * vfs.f_frsize : 0;
         int frc = posix_fallocate(fd, 0, (off_t)total);
         if (frc != 0 && frc != EOPNOTSUPP && frc != EINVAL) { /* EOPNOTSUPP/EINVAL: cannot reserve here */
             set_err(err, UC_SHM_ESYS, op,
                     "/dev/shm has %llu bytes free, the shared-memory segment needs %zu bytes "
-                    "(posix_fallocate: %s)", avail, total, strerror(frc));
+                    "(posix_fallocate: %s)",
+                    avail, total, strerror(frc));
             err->sys_errno = frc;
             close(fd);
             shm_unlink(name);
@@ -1749,8 +1658,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                 close(fd);
                 goto fail;
             }
-            if (st.st_size >= PAGE)
-                break;
+            if (st.st_size >= PAGE) break;
             if (now_ns() - t0 > OPEN_WAIT_NS) {
                 set_err(err, UC_SHM_ETIMEOUT, op, "segment %s was never sized by its creator", name);
                 close(fd);
@@ -1766,8 +1674,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     if (base == MAP_FAILED) {
         set_err(err, UC_SHM_ESYS, op, "mmap of %zu bytes failed: %s", e->map_bytes, strerror(saved));
         err->sys_errno = saved;
-        if (create)
-            shm_unlink(name);
+        if (create) shm_unlink(name);
         goto fail;
     }
     e->base = base;
@@ -1789,9 +1696,9 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         h->cma_min_bytes = t.cma_min_bytes ? t.cma_min_bytes : size <= 2 ? 16384 : 65536;
         h->nt_min_bytes = t.nt_min_bytes ? t.nt_min_bytes : (32u << 20);
         h->cma_reduce_min_bytes = t.cma_reduce_min_bytes == (size_t)-1 ? 0 /* never */
-                                  : t.cma_reduce_min_bytes ? t.cma_reduce_min_bytes : (256u << 10);
-        if (h->small_bytes > slot_bytes)
-            h->small_bytes = slot_bytes;
+                                  : t.cma_reduce_min_bytes             ? t.cma_reduce_min_bytes
+                                                                       : (256u << 10);
+        if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
         h->creator_pid = getpid();
         h->checksum = t.checksum ? 1 : 0;
         h->flip_ppm = t.checksum ? t.flip_ppm : 0;
@@ -1806,12 +1713,13 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
             usleep(1000);
         }
         if (h->version != UC_SHM_VERSION) {
-            set_err(err, UC_SHM_EINVAL, op, "segment %s has layout version %u, this engine %u", name, h->version,
-                    UC_SHM_VERSION);
+            set_err(err, UC_SHM_EINVAL, op, "segment %s has layout version %u, this engine %u", name,
+                    h->version, UC_SHM_VERSION);
             goto fail_unmap;
         }
         if ((int)h->size != size) {
-            set_err(err, UC_SHM_EINVAL, op, "segment %s was created for %u ranks, not %d", name, h->size, size);
+            set_err(err, UC_SHM_EINVAL, op, "segment %s was created for %u ranks, not %d", name, h->size,
+                    size);
             goto fail_unmap;
         }
         if (slot_bytes && h->slot_bytes != slot_bytes) {
@@ -1820,7 +1728,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
             goto fail_unmap;
         }
         if (h->ctrl_bytes != ctrl_bytes || h->total_bytes != e->map_bytes ||
-            h->total_bytes != PAGE + ctrl_bytes + (size_t)size * 2 * h->slot_bytes + (h->checksum ? crc_bytes : 0)) {
+            h->total_bytes !=
+                PAGE + ctrl_bytes + (size_t)size * 2 * h->slot_bytes + (h->checksum ? crc_bytes : 0)) {
             set_err(err, UC_SHM_EINVAL, op, "segment %s has an inconsistent layout", name);
             goto fail_unmap;
         }
@@ -1838,8 +1747,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     int over = size > cpu_count();
     e->spin_ns = t.spin_ns ? t.spin_ns : over ? 2000 : 20000;
     e->yield_ns = t.yield_ns ? t.yield_ns : over ? 200000 : 1000000;
-    if (e->yield_ns < e->spin_ns)
-        e->yield_ns = e->spin_ns;
+    if (e->yield_ns < e->spin_ns) e->yield_ns = e->spin_ns;
 
     uc_ctrl *c = &e->ctrl[rank];
     int64_t other = atomic_load_explicit(&c->pid, memory_order_acquire);
@@ -1868,8 +1776,7 @@ fail:
 }
 
 int uc_shm_unlink(uc_shm *e) {
-    if (!e->creator || e->unlinked)
-        return UC_SHM_OK;
+    if (!e->creator || e->unlinked) return UC_SHM_OK;
     e->unlinked = 1;
     if (shm_unlink(e->name) != 0 && errno != ENOENT) {
         int saved = errno;
@@ -1881,14 +1788,11 @@ int uc_shm_unlink(uc_shm *e) {
 }
 
 int uc_shm_close(uc_shm *e) {
-    if (!e)
-        return UC_SHM_OK;
+    if (!e) return UC_SHM_OK;
     int idle = 0;
-    if (!atomic_compare_exchange_strong(&e->busy, &idle, 2))
-        return UC_SHM_EBUSY;
+    if (!atomic_compare_exchange_strong(&e->busy, &idle, 2)) return UC_SHM_EBUSY;
     if (e->owner_pid == (long)getpid()) {
-        if (e->creator && !e->unlinked)
-            shm_unlink(e->name);
+        if (e->creator && !e->unlinked) shm_unlink(e->name);
         publish_abort(e, ABORT_CLOSED, e->rank, (long)getpid(), "closed");
     }
     munmap(e->base, e->map_bytes);
@@ -1905,11 +1809,17 @@ void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx) {
     e->interrupt_ctx = ctx;
 }
 
-const uc_shm_error *uc_shm_last_error(const uc_shm *e) { return &e->err; }
+const uc_shm_error *uc_shm_last_error(const uc_shm *e) {
+    return &e->err;
+}
 
-int uc_shm_cma(const uc_shm *e) { return e->cma; }
+int uc_shm_cma(const uc_shm *e) {
+    return e->cma;
+}
 
-const char *uc_shm_cma_reason(const uc_shm *e) { return e->cma_reason; }
+const char *uc_shm_cma_reason(const uc_shm *e) {
+    return e->cma_reason;
+}
 
 void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes) {
     out->small_bytes = e->small_bytes;
@@ -1927,15 +1837,13 @@ int uc_shm_fail(uc_shm *e, const char *op, const char *message) {
 }
 
 void uc_shm_abort(uc_shm *e, const char *why) {
-    if (e->owner_pid != (long)getpid())
-        return; /* a forked child's abort must never end its parent's job */
+    if (e->owner_pid != (long)getpid()) return; /* a forked child's abort must never end its parent's job */
     atomic_store_explicit(&e->abort_requested, 1, memory_order_release);
     publish_abort(e, ABORT_FAILED, e->rank, (long)getpid(), why);
 }
 
 int uc_shm_set_timeout(uc_shm *e, double timeout) {
-    if (!(timeout >= 0) || timeout > 1e9)
-        return UC_SHM_EINVAL;
+    if (!(timeout >= 0) || timeout > 1e9) return UC_SHM_EINVAL;
     e->timeout_ns = (uint64_t)(timeout * 1e9);
     return UC_SHM_OK;
 }

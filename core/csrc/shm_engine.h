@@ -29,24 +29,23 @@ extern "C" {
 /* int fn(void *dst, const void *a, const void *b, size_t count, int dtype, int op):
  * dst[i] = op(a[i], b[i]); dst may equal a or b; 0 on success (hookspecs'
  * uniccl_host_reduce_kernel). */
-typedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
-                                int op);
+typedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype, int op);
 
 typedef struct uc_shm uc_shm;
 
 enum {
     UC_SHM_OK = 0,
-    UC_SHM_EINVAL,   /* bad argument (message names it) */
-    UC_SHM_EDEAD,    /* a peer process died: remote_rank, remote_pid */
-    UC_SHM_EREMOTE,  /* a peer failed or closed its engine: remote_rank (the culprit) */
-    UC_SHM_ETIMEOUT, /* missing[0..nmissing) never arrived within the timeout */
-    UC_SHM_ESYS,     /* a system call failed: sys_errno */
-    UC_SHM_EKERNEL,  /* the reduce kernel returned an error status */
-    UC_SHM_EBROKEN,  /* an earlier error made the engine unusable */
-    UC_SHM_EBUSY,    /* another thread is inside a call on this engine (engine still usable) */
-    UC_SHM_EINTR,    /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
-    UC_SHM_EABORTED, /* uc_shm_abort was called on this rank (maybe from another thread) */
-    UC_SHM_ECORRUPT, /* data from remote_rank failed its checksum (checksums on) */
+    UC_SHM_EINVAL,    /* bad argument (message names it) */
+    UC_SHM_EDEAD,     /* a peer process died: remote_rank, remote_pid */
+    UC_SHM_EREMOTE,   /* a peer failed or closed its engine: remote_rank (the culprit) */
+    UC_SHM_ETIMEOUT,  /* missing[0..nmissing) never arrived within the timeout */
+    UC_SHM_ESYS,      /* a system call failed: sys_errno */
+    UC_SHM_EKERNEL,   /* the reduce kernel returned an error status */
+    UC_SHM_EBROKEN,   /* an earlier error made the engine unusable */
+    UC_SHM_EBUSY,     /* another thread is inside a call on this engine (engine still usable) */
+    UC_SHM_EINTR,     /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
+    UC_SHM_EABORTED,  /* uc_shm_abort was called on this rank (maybe from another thread) */
+    UC_SHM_ECORRUPT,  /* data from remote_rank failed its checksum (checksums on) */
     UC_SHM_EMISMATCH, /* uc_shm_all_reduce_agreed: the ranks' records differ; nothing moved (engine usable) */
 };
 
@@ -60,7 +59,7 @@ typedef struct {
     int sys_errno;   /* ESYS */
     int nmissing;    /* ETIMEOUT: ranks that had not arrived */
     const int *missing;
-    const char *op;  /* the call that failed ("all_reduce", "open", ...) */
+    const char *op; /* the call that failed ("all_reduce", "open", ...) */
     char message[512];
 } uc_shm_error;
 
@@ -68,15 +67,15 @@ typedef struct {
  * segment and used by every rank (they select algorithms, so ranks must agree);
  * spin_ns/yield_ns are local. */
 typedef struct {
-    size_t small_bytes;   /* all_reduce/reduce up to this size: one round, every rank folds all */
-    size_t cma_min_bytes; /* single-copy reads for per-peer transfers of at least this many bytes */
-    size_t nt_min_bytes;  /* outputs at least this large are written with non-temporal stores */
+    size_t small_bytes;          /* all_reduce/reduce up to this size: one round, every rank folds all */
+    size_t cma_min_bytes;        /* single-copy reads for per-peer transfers of at least this many bytes */
+    size_t nt_min_bytes;         /* outputs at least this large are written with non-temporal stores */
     size_t cma_reduce_min_bytes; /* reductions with single-copy pulls/pushes from this many bytes
                                     per rank's part ((size_t)-1: never) */
-    uint64_t spin_ns;     /* busy-wait this long before yielding */
-    uint64_t yield_ns;    /* then sched_yield until this long, then sleep on a futex */
-    int checksum;         /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */
-    uint32_t flip_ppm;    /* creator, with checksum: flip a bit in this many per million copies (tests) */
+    uint64_t spin_ns;            /* busy-wait this long before yielding */
+    uint64_t yield_ns;           /* then sched_yield until this long, then sleep on a futex */
+    int checksum;      /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */
+    uint32_t flip_ppm; /* creator, with checksum: flip a bit in this many per million copies (tests) */
 } uc_shm_tuning;
 
 /* Create (create != 0: O_CREAT|O_EXCL, mode 0600) or attach to segment `name`
@@ -86,8 +85,8 @@ typedef struct {
  * cma_allowed = 0 forces the slot-copy fallback for this rank (and thereby for all).
  * Returns NULL with *err filled on failure. */
 uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
-                    uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
-                    const uc_shm_tuning *tuning, uc_shm_error *err);
+                    uc_shm_reduce_fn reduce, double timeout, int cma_allowed, const uc_shm_tuning *tuning,
+                    uc_shm_error *err);
 
 void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx);
 

@@ -7,6 +7,7 @@
 The public names are listed in ``__all__``; everything else lives in private
 modules (``_communicator``, ``_algorithms``, ``_plugins`` ...).
 """
+
 from __future__ import annotations
 
 from ._errors import (
@@ -32,9 +33,30 @@ from .tools.info import info
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 
 __all__ = [
-    "AVG", "MAX", "MIN", "PROD", "SUM", "UNDEFINED", "UNICCL_PLUGIN_API",
-    "Communicator", "DType", "ReduceOp", "UniqueId", "Work",
-    "InternalError", "InvalidArgument", "InvalidUsage", "PlatformUnavailable", "RemoteError", "Timeout",
-    "UnicclError", "VendorError",
-    "__version__", "get_unique_id", "group", "hookimpl", "info", "init",
+    "AVG",
+    "MAX",
+    "MIN",
+    "PROD",
+    "SUM",
+    "UNDEFINED",
+    "UNICCL_PLUGIN_API",
+    "Communicator",
+    "DType",
+    "ReduceOp",
+    "UniqueId",
+    "Work",
+    "InternalError",
+    "InvalidArgument",
+    "InvalidUsage",
+    "PlatformUnavailable",
+    "RemoteError",
+    "Timeout",
+    "UnicclError",
+    "VendorError",
+    "__version__",
+    "get_unique_id",
+    "group",
+    "hookimpl",
+    "info",
+    "init",
 ]

@@ -15,6 +15,7 @@ Getters read ``os.environ`` each time: call them where a communicator (or transp
 command) is set up, never on a call's path.  (A side channel that cannot be served is one
 line on stderr at startup: ``warn`` and ``check_writable_dir`` of :mod:`uniccl._log`.)
 """
+
 from __future__ import annotations
 
 import os
@@ -134,14 +135,18 @@ class Var:
                 return text if k == "path" else raw
         except ValueError:
             raise self.error(text) from None
-        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum) \
-                or (self.multiple and value % self.multiple):
+        if (
+            (self.minimum is not None and value < self.minimum)
+            or (self.maximum is not None and value > self.maximum)
+            or (self.multiple and value % self.multiple)
+        ):
             raise self.error(text)
         return value
 
     def error(self, text: str, why: str = "") -> InvalidArgument:
-        return InvalidArgument(f"{self.name}={text!r} {why or 'is not valid'}: expected {self.allowed()}",
-                               op="init", argument=self.name)
+        return InvalidArgument(
+            f"{self.name}={text!r} {why or 'is not valid'}: expected {self.allowed()}", op="init", argument=self.name
+        )
 
 
 def _v(name, kind, default, meaning, **kw) -> Var:
@@ -149,85 +154,239 @@ def _v(name, kind, default, meaning, **kw) -> Var:
 
 
 #: Every UNICCL_* variable the package reads (or ``uniccl run`` sets for its ranks).
-VARS: dict[str, Var] = {v.name: v for v in (
-    # plugins
-    _v("UNICCL_PLATFORM", "list", [], "use the first available of these plugins, in this order (fail if none is)"),
-    _v("UNICCL_PLUGINS", "str", "", "never load these plugins (^name[,name...]); ^nccl keeps device buffers off "
-       "the native library", pattern=r"\^\s*[^\s,^][^^]*", expect="^name[,name...] (the plugins not to load)"),
-    _v("UNICCL_PLATFORMS", "list", [], "set by `uniccl run --platforms P,Q`: rank r gets UNICCL_PLATFORM="
-       "P[r % len]", user=False),
-    _v("UNICCL_NVIDIA_KERNELS", "path", None, "the nvidia plugin's reduction kernels library (default: the built one)"),
-    _v("UNICCL_METAX_KERNELS", "path", None, "the metax plugin's reduction kernels library (default: the built one)"),
-    _v("UNICCL_ILUVATAR_KERNELS", "path", None, "the iluvatar plugin's reduction kernels library (default: the built "
-       "one)"),
-    _v("UNICCL_CAMBRICON_KERNELS", "path", None, "the cambricon plugin's reduction kernels library (default: the "
-       "built one)"),
-    _v("UNICCL_MOORE_KERNELS", "path", None, "the moore plugin's reduction kernels library (default: the built one)"),
-    # bootstrap, transports, algorithms
-    _v("UNICCL_BOOTSTRAP", "enum", None, "how uniccl.init() finds its peers (default: MPI under an MPI launcher, TCP "
-       "under `uniccl run`)", choices=("mpi", "tcp")),
-    _v("UNICCL_TRANSPORT", "enum", None, "force the data transport", choices=("shm", "mpi", "tcp")),
-    _v("UNICCL_ALGO", "str", "", "force algorithms per collective: 'all_reduce:ring;broadcast:tree' (* for all)",
-       expect="'collective:algorithm[;collective:algorithm...]'"),
-    _v("UNICCL_CHUNK_BYTES", "size", 512 * 1024, "pipeline chunk size of the algorithms (at least 4096 is used)",
-       minimum=0),
-    _v("UNICCL_HOST_ADDR", "str", None, "address the unique-id rendezvous and TCP ranks advertise",
-       expect="a host address"),
-    _v("UNICCL_TIMEOUT", "float", DEFAULT_TIMEOUT, "seconds a call may wait for its peers (0: no limit)", minimum=0,
-       maximum=1e9),
-    _v("UNICCL_INIT_TIMEOUT", "float", DEFAULT_TIMEOUT, "seconds the ranks of a `uniccl run` job wait for each other at init",
-       minimum=0),
-    _v("UNICCL_TCP_CHECKSUM", "bool", True, "CRC-32C of every TCP message, with retransmission"),
-    _v("UNICCL_TCP_RETAIN_BYTES", "size", 64 << 20, "bytes of sent TCP messages kept for retransmission", minimum=0),
-    _v("UNICCL_TCP_TLS", "bool", False, "TLS 1.3 on every TCP connection of the mesh (pinned ephemeral certificates)"),
-    _v("UNICCL_SHM_CHECKSUM", "bool", False, "CRC-32C of every region copied out of a peer's shared-memory slot"),
-    _v("UNICCL_SHM_SLOT_BYTES", "size", 1 << 20, "size of each shared-memory slot (two per rank)", minimum=4096,
-       maximum=1 << 30, multiple=4096),
-    _v("UNICCL_SHM_CMA", "bool", True, "single-copy reads (process_vm_readv) on shared memory; 0: slot copies"),
-    _v("UNICCL_SHM_SMALL_BYTES", "size", None, "shared-memory tuning: the largest one-round reduction", minimum=0),
-    _v("UNICCL_SHM_CMA_MIN_BYTES", "size", None, "shared-memory tuning: the smallest single-copy transfer",
-       minimum=0),
-    _v("UNICCL_SHM_CMA_REDUCE_MIN_BYTES", "size", None, "shared-memory tuning: the smallest single-copy reduction "
-       "(-1: never)", minimum=0, special=(("-1", -1),)),
-    _v("UNICCL_SHM_NT_MIN_BYTES", "size", None, "shared-memory tuning: the smallest non-temporal output copy",
-       minimum=0),
-    _v("UNICCL_SHM_SPIN_NS", "int", None, "shared-memory tuning: nanoseconds a wait spins", minimum=0),
-    _v("UNICCL_SHM_YIELD_NS", "int", None, "shared-memory tuning: nanoseconds a wait yields before it sleeps",
-       minimum=0),
-    # faults
-    _v("UNICCL_DUMP_DIR", "path", None, "directory each rank writes its flight recorder to on a failure"),
-    _v("UNICCL_FLIGHT_RECORDER", "int", 2048, "operations each communicator remembers (0: off)", minimum=0),
-    _v("UNICCL_FAULT_INJECT", "str", "", "tests only: injected faults (flip=P,drop=P,delay=P:S,shm_flip=P,kill_at=N,"
-       "kill_rank=R,slow=S,slow_rank=R,seed=S)", expect="'fault=value[,fault=value...]'"),
-    # visibility
-    _v("UNICCL_TELEMETRY", "bool", True, "per-call counters (comm.stats())"),
-    _v("UNICCL_TRACE", "path", None, "directory for a Perfetto trace and the stats of every rank, written at exit"),
-    _v("UNICCL_METRICS_PORT", "port", None, "serve Prometheus metrics on this port + local rank", minimum=1,
-       maximum=65535),
-    _v("UNICCL_STATUS_DIR", "path", None, "directory each rank writes its live status to, for `uniccl top`"),
-    _v("UNICCL_DEBUG", "enum", None, "log level of uniccl's choices to stderr",
-       choices=("warn", "warning", "info", "debug", "trace"), special=(("0", None), ("off", None))),
-    _v("UNICCL_DEBUG_FILE", "path", None, "log file instead of stderr (%h host, %p pid, %r rank)"),
-    # torch
-    _v("UNICCL_TORCH_ORDER", "enum", "gloo", "order of float sums of the torch backend: gloo's, or uniccl's own",
-       choices=("gloo", "native")),
-    _v("UNICCL_TORCH_AUTOLOAD", "bool", False, "`import torch` registers the \"uniccl\" torch.distributed backend"),
-    # set by `uniccl run` for every rank
-    _v("UNICCL_RANK", "int", None, "this process's rank (set by `uniccl run`)", minimum=0, user=False),
-    _v("UNICCL_WORLD_SIZE", "int", None, "ranks of the job (set by `uniccl run`)", minimum=1, user=False),
-    _v("UNICCL_LOCAL_RANK", "int", None, "rank among the job's processes on this host (set by `uniccl run`)",
-       minimum=0, user=False),
-    _v("UNICCL_LOCAL_SIZE", "int", None, "the job's processes on this host (set by `uniccl run`)", minimum=1,
-       user=False),
-    _v("UNICCL_NODE_RANK", "int", None, "this host's index in the job (set by `uniccl run`)", minimum=0, user=False),
-    _v("UNICCL_NNODES", "int", None, "hosts of the job (set by `uniccl run`)", minimum=1, user=False),
-    _v("UNICCL_RENDEZVOUS", "str", None, "host:port where the ranks of a `uniccl run` job meet", pattern=r".+:\d+",
-       expect="host:port", user=False),
-    _v("UNICCL_JOB_SECRET", "str", None, "the job's shared secret (hex) for the rendezvous",
-       pattern=r"([0-9a-fA-F]{2})+", expect="hex digits", user=False),
-    _v("UNICCL_PREFIX", "bool", True, "`uniccl run` prefixes each output line with its rank", user=False),
-    _v("UNICCL_BENCH_CHILD", "bool", False, "`uniccl bench` ranks it relaunched under mpiexec", user=False),
-)}
+VARS: dict[str, Var] = {
+    v.name: v
+    for v in (
+        # plugins
+        _v("UNICCL_PLATFORM", "list", [], "use the first available of these plugins, in this order (fail if none is)"),
+        _v(
+            "UNICCL_PLUGINS",
+            "str",
+            "",
+            "never load these plugins (^name[,name...]); ^nccl keeps device buffers off the native library",
+            pattern=r"\^\s*[^\s,^][^^]*",
+            expect="^name[,name...] (the plugins not to load)",
+        ),
+        _v(
+            "UNICCL_PLATFORMS",
+            "list",
+            [],
+            "set by `uniccl run --platforms P,Q`: rank r gets UNICCL_PLATFORM=P[r % len]",
+            user=False,
+        ),
+        _v(
+            "UNICCL_NVIDIA_KERNELS",
+            "path",
+            None,
+            "the nvidia plugin's reduction kernels library (default: the built one)",
+        ),
+        _v(
+            "UNICCL_METAX_KERNELS",
+            "path",
+            None,
+            "the metax plugin's reduction kernels library (default: the built one)",
+        ),
+        _v(
+            "UNICCL_ILUVATAR_KERNELS",
+            "path",
+            None,
+            "the iluvatar plugin's reduction kernels library (default: the built one)",
+        ),
+        _v(
+            "UNICCL_CAMBRICON_KERNELS",
+            "path",
+            None,
+            "the cambricon plugin's reduction kernels library (default: the built one)",
+        ),
+        _v(
+            "UNICCL_MOORE_KERNELS",
+            "path",
+            None,
+            "the moore plugin's reduction kernels library (default: the built one)",
+        ),
+        # bootstrap, transports, algorithms
+        _v(
+            "UNICCL_BOOTSTRAP",
+            "enum",
+            None,
+            "how uniccl.init() finds its peers (default: MPI under an MPI launcher, TCP under `uniccl run`)",
+            choices=("mpi", "tcp"),
+        ),
+        _v("UNICCL_TRANSPORT", "enum", None, "force the data transport", choices=("shm", "mpi", "tcp")),
+        _v(
+            "UNICCL_ALGO",
+            "str",
+            "",
+            "force algorithms per collective: 'all_reduce:ring;broadcast:tree' (* for all)",
+            expect="'collective:algorithm[;collective:algorithm...]'",
+        ),
+        _v(
+            "UNICCL_CHUNK_BYTES",
+            "size",
+            512 * 1024,
+            "pipeline chunk size of the algorithms (at least 4096 is used)",
+            minimum=0,
+        ),
+        _v(
+            "UNICCL_HOST_ADDR",
+            "str",
+            None,
+            "address the unique-id rendezvous and TCP ranks advertise",
+            expect="a host address",
+        ),
+        _v(
+            "UNICCL_TIMEOUT",
+            "float",
+            DEFAULT_TIMEOUT,
+            "seconds a call may wait for its peers (0: no limit)",
+            minimum=0,
+            maximum=1e9,
+        ),
+        _v(
+            "UNICCL_INIT_TIMEOUT",
+            "float",
+            DEFAULT_TIMEOUT,
+            "seconds the ranks of a `uniccl run` job wait for each other at init",
+            minimum=0,
+        ),
+        _v("UNICCL_TCP_CHECKSUM", "bool", True, "CRC-32C of every TCP message, with retransmission"),
+        _v(
+            "UNICCL_TCP_RETAIN_BYTES", "size", 64 << 20, "bytes of sent TCP messages kept for retransmission", minimum=0
+        ),
+        _v(
+            "UNICCL_TCP_TLS",
+            "bool",
+            False,
+            "TLS 1.3 on every TCP connection of the mesh (pinned ephemeral certificates)",
+        ),
+        _v("UNICCL_SHM_CHECKSUM", "bool", False, "CRC-32C of every region copied out of a peer's shared-memory slot"),
+        _v(
+            "UNICCL_SHM_SLOT_BYTES",
+            "size",
+            1 << 20,
+            "size of each shared-memory slot (two per rank)",
+            minimum=4096,
+            maximum=1 << 30,
+            multiple=4096,
+        ),
+        _v("UNICCL_SHM_CMA", "bool", True, "single-copy reads (process_vm_readv) on shared memory; 0: slot copies"),
+        _v("UNICCL_SHM_SMALL_BYTES", "size", None, "shared-memory tuning: the largest one-round reduction", minimum=0),
+        _v(
+            "UNICCL_SHM_CMA_MIN_BYTES",
+            "size",
+            None,
+            "shared-memory tuning: the smallest single-copy transfer",
+            minimum=0,
+        ),
+        _v(
+            "UNICCL_SHM_CMA_REDUCE_MIN_BYTES",
+            "size",
+            None,
+            "shared-memory tuning: the smallest single-copy reduction (-1: never)",
+            minimum=0,
+            special=(("-1", -1),),
+        ),
+        _v(
+            "UNICCL_SHM_NT_MIN_BYTES",
+            "size",
+            None,
+            "shared-memory tuning: the smallest non-temporal output copy",
+            minimum=0,
+        ),
+        _v("UNICCL_SHM_SPIN_NS", "int", None, "shared-memory tuning: nanoseconds a wait spins", minimum=0),
+        _v(
+            "UNICCL_SHM_YIELD_NS",
+            "int",
+            None,
+            "shared-memory tuning: nanoseconds a wait yields before it sleeps",
+            minimum=0,
+        ),
+        # faults
+        _v("UNICCL_DUMP_DIR", "path", None, "directory each rank writes its flight recorder to on a failure"),
+        _v("UNICCL_FLIGHT_RECORDER", "int", 2048, "operations each communicator remembers (0: off)", minimum=0),
+        _v(
+            "UNICCL_FAULT_INJECT",
+            "str",
+            "",
+            "tests only: injected faults (flip=P,drop=P,delay=P:S,shm_flip=P,kill_at=N,"
+            "kill_rank=R,slow=S,slow_rank=R,seed=S)",
+            expect="'fault=value[,fault=value...]'",
+        ),
+        # visibility
+        _v("UNICCL_TELEMETRY", "bool", True, "per-call counters (comm.stats())"),
+        _v("UNICCL_TRACE", "path", None, "directory for a Perfetto trace and the stats of every rank, written at exit"),
+        _v(
+            "UNICCL_METRICS_PORT",
+            "port",
+            None,
+            "serve Prometheus metrics on this port + local rank",
+            minimum=1,
+            maximum=65535,
+        ),
+        _v("UNICCL_STATUS_DIR", "path", None, "directory each rank writes its live status to, for `uniccl top`"),
+        _v(
+            "UNICCL_DEBUG",
+            "enum",
+            None,
+            "log level of uniccl's choices to stderr",
+            choices=("warn", "warning", "info", "debug", "trace"),
+            special=(("0", None), ("off", None)),
+        ),
+        _v("UNICCL_DEBUG_FILE", "path", None, "log file instead of stderr (%h host, %p pid, %r rank)"),
+        # torch
+        _v(
+            "UNICCL_TORCH_ORDER",
+            "enum",
+            "gloo",
+            "order of float sums of the torch backend: gloo's, or uniccl's own",
+            choices=("gloo", "native"),
+        ),
+        _v("UNICCL_TORCH_AUTOLOAD", "bool", False, '`import torch` registers the "uniccl" torch.distributed backend'),
+        # set by `uniccl run` for every rank
+        _v("UNICCL_RANK", "int", None, "this process's rank (set by `uniccl run`)", minimum=0, user=False),
+        _v("UNICCL_WORLD_SIZE", "int", None, "ranks of the job (set by `uniccl run`)", minimum=1, user=False),
+        _v(
+            "UNICCL_LOCAL_RANK",
+            "int",
+            None,
+            "rank among the job's processes on this host (set by `uniccl run`)",
+            minimum=0,
+            user=False,
+        ),
+        _v(
+            "UNICCL_LOCAL_SIZE",
+            "int",
+            None,
+            "the job's processes on this host (set by `uniccl run`)",
+            minimum=1,
+            user=False,
+        ),
+        _v(
+            "UNICCL_NODE_RANK", "int", None, "this host's index in the job (set by `uniccl run`)", minimum=0, user=False
+        ),
+        _v("UNICCL_NNODES", "int", None, "hosts of the job (set by `uniccl run`)", minimum=1, user=False),
+        _v(
+            "UNICCL_RENDEZVOUS",
+            "str",
+            None,
+            "host:port where the ranks of a `uniccl run` job meet",
+            pattern=r".+:\d+",
+            expect="host:port",
+            user=False,
+        ),
+        _v(
+            "UNICCL_JOB_SECRET",
+            "str",
+            None,
+            "the job's shared secret (hex) for the rendezvous",
+            pattern=r"([0-9a-fA-F]{2})+",
+            expect="hex digits",
+            user=False,
+        ),
+        _v("UNICCL_PREFIX", "bool", True, "`uniccl run` prefixes each output line with its rank", user=False),
+        _v("UNICCL_BENCH_CHILD", "bool", False, "`uniccl bench` ranks it relaunched under mpiexec", user=False),
+    )
+}
 
 
 def spec(name: str) -> Var:
@@ -274,6 +433,7 @@ def _typed(kinds):
         if kind not in kinds:
             raise TypeError(f"{name} is a {kind} variable, not {'/'.join(kinds)}")
         return get(name, environ)
+
     getter.__name__ = kinds[0]
     getter.__doc__ = f"{'/'.join(kinds)} variable: see get()."
     return getter

@@ -4,14 +4,16 @@ Every error carries the structured context (operation, rank, argument) as
 attributes as well as in its message, and pickles with it, so an error raised
 on one rank can be re-raised on another or returned from a worker process.
 """
+
 from __future__ import annotations
 
 
 class UnicclError(Exception):
     """Base of every uniccl error."""
 
-    def __init__(self, message: str = "", *, op: str | None = None, rank: int | None = None,
-                 argument: str | None = None, **extra):
+    def __init__(
+        self, message: str = "", *, op: str | None = None, rank: int | None = None, argument: str | None = None, **extra
+    ):
         self.message = message
         self.op = op
         self.rank = rank
@@ -75,7 +77,15 @@ class VendorError(UnicclError, RuntimeError):
 
 # The public names: tracebacks print ``uniccl.RemoteError: ...`` (not ``uniccl._errors.RemoteError``),
 # and pickle refers to the classes as ``uniccl.X`` (where ``uniccl`` exports them).
-for _cls in (UnicclError, InvalidArgument, InvalidUsage, PlatformUnavailable, RemoteError, Timeout, InternalError,
-             VendorError):
+for _cls in (
+    UnicclError,
+    InvalidArgument,
+    InvalidUsage,
+    PlatformUnavailable,
+    RemoteError,
+    Timeout,
+    InternalError,
+    VendorError,
+):
     _cls.__module__ = "uniccl"
 del _cls

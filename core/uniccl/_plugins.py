@@ -6,6 +6,7 @@ honours ``UNICCL_PLATFORM`` (forced order, fatal when none works) and
 ``UNICCL_PLUGINS=^a,b`` (blocked names); otherwise the highest-priority available
 plugin wins (cpu has priority 0).
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,8 +22,15 @@ from ._errors import PlatformUnavailable
 ENTRY_POINT_GROUP = "uniccl.plugins"
 
 # Hooks every platform must implement to carry a communicator.
-REQUIRED_HOOKS = ("uniccl_platform_info", "uniccl_probe", "uniccl_reduce", "uniccl_scale",
-                  "uniccl_memcpy", "uniccl_host_alloc", "uniccl_host_free")
+REQUIRED_HOOKS = (
+    "uniccl_platform_info",
+    "uniccl_probe",
+    "uniccl_reduce",
+    "uniccl_scale",
+    "uniccl_memcpy",
+    "uniccl_host_alloc",
+    "uniccl_host_free",
+)
 
 
 @dataclass
@@ -54,7 +62,7 @@ class Backend:
         self.name = record.name
         self.record = record
         for hook in _hook_names():
-            setattr(self, hook[len("uniccl_"):], impls.get(hook))
+            setattr(self, hook[len("uniccl_") :], impls.get(hook))
 
     def __repr__(self):
         return f"<Backend {self.name}>"
@@ -131,8 +139,11 @@ class PluginManager:
             return self._reject(rec, "failed", f"uniccl_platform_info raised: {_one_line(exc)}")
         api = rec.info.get("api_version")
         if api != hookspecs.UNICCL_PLUGIN_API:
-            return self._reject(rec, "rejected", f"plugin implements plugin API {api!r}, this uniccl "
-                                f"supports API {hookspecs.UNICCL_PLUGIN_API}")
+            return self._reject(
+                rec,
+                "rejected",
+                f"plugin implements plugin API {api!r}, this uniccl supports API {hookspecs.UNICCL_PLUGIN_API}",
+            )
         missing = [h for h in REQUIRED_HOOKS if self._impl(module, h) is None]
         if missing:
             return self._reject(rec, "rejected", f"missing required hooks: {', '.join(missing)}")
@@ -170,16 +181,21 @@ class PluginManager:
                     return rec, f"forced by {source}{','.join(forced)}"
             detail = "; ".join(
                 f"{n}: {records[n].state}: {records[n].reason}" if n in records else f"{n}: not installed"
-                for n in forced)
-            raise PlatformUnavailable(f"no platform of {source}{','.join(forced)} is usable ({detail}); "
-                                      f"installed plugins: {', '.join(records) or 'none'}", op="init")
+                for n in forced
+            )
+            raise PlatformUnavailable(
+                f"no platform of {source}{','.join(forced)} is usable ({detail}); "
+                f"installed plugins: {', '.join(records) or 'none'}",
+                op="init",
+            )
         usable = [r for r in records.values() if r.available]
         if not usable:
             detail = "; ".join(f"{r.name}: {r.state}: {r.reason}" for r in records.values()) or "none installed"
             raise PlatformUnavailable(f"no usable platform plugin ({detail}); install uniccl-cpu", op="init")
         best = max(usable, key=lambda r: (r.priority, r.name))
-        others = [f"{r.name} {r.state}" + (f" ({r.reason})" if r.reason else "")
-                  for r in records.values() if r is not best]
+        others = [
+            f"{r.name} {r.state}" + (f" ({r.reason})" if r.reason else "") for r in records.values() if r is not best
+        ]
         why = f"highest-priority available plugin (priority {best.priority})"
         return best, why + (f"; others: {', '.join(others)}" if others else "")
 

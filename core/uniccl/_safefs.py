@@ -8,6 +8,7 @@ writable by nobody else) before use and refused otherwise; files are written to 
 ``mkstemp`` file (O_EXCL, mode 0600) and renamed over the target (a rename replaces a link,
 it does not follow it); deletion walks by directory file descriptor and never follows links.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,12 @@ def private_dir(path: str, what: str, op: str = "run") -> str:
     if problem is None and st.st_mode & 0o077:  # ours but readable by others (an older uniccl made it)
         os.chmod(path, 0o700)
     if problem:
-        raise InvalidUsage(f"the {what} {path} {problem}: refusing to use it (another local user may have "
-                           "made it); remove it, or set TMPDIR to a directory of your own", op=op, argument=what)
+        raise InvalidUsage(
+            f"the {what} {path} {problem}: refusing to use it (another local user may have "
+            "made it); remove it, or set TMPDIR to a directory of your own",
+            op=op,
+            argument=what,
+        )
     return path
 
 

@@ -5,6 +5,7 @@ plain ints, so they never need to import these classes on their hot path.
 Values 0-9 of ``DType`` and all of ``ReduceOp`` equal NCCL's, so a vendor plugin
 can pass them straight through to an NCCL-class library.
 """
+
 from __future__ import annotations
 
 import enum
@@ -70,15 +71,32 @@ class DLDeviceType(enum.IntEnum):
 
 
 _ITEMSIZE = {
-    DType.INT8: 1, DType.UINT8: 1, DType.INT16: 2, DType.UINT16: 2,
-    DType.INT32: 4, DType.UINT32: 4, DType.INT64: 8, DType.UINT64: 8,
-    DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 8,
+    DType.INT8: 1,
+    DType.UINT8: 1,
+    DType.INT16: 2,
+    DType.UINT16: 2,
+    DType.INT32: 4,
+    DType.UINT32: 4,
+    DType.INT64: 8,
+    DType.UINT64: 8,
+    DType.FLOAT16: 2,
+    DType.BFLOAT16: 2,
+    DType.FLOAT32: 4,
+    DType.FLOAT64: 8,
 }
 
 _NUMPY_NAMES = {
-    DType.INT8: "int8", DType.UINT8: "uint8", DType.INT16: "int16", DType.UINT16: "uint16",
-    DType.INT32: "int32", DType.UINT32: "uint32", DType.INT64: "int64", DType.UINT64: "uint64",
-    DType.FLOAT16: "float16", DType.BFLOAT16: "bfloat16", DType.FLOAT32: "float32",
+    DType.INT8: "int8",
+    DType.UINT8: "uint8",
+    DType.INT16: "int16",
+    DType.UINT16: "uint16",
+    DType.INT32: "int32",
+    DType.UINT32: "uint32",
+    DType.INT64: "int64",
+    DType.UINT64: "uint64",
+    DType.FLOAT16: "float16",
+    DType.BFLOAT16: "bfloat16",
+    DType.FLOAT32: "float32",
     DType.FLOAT64: "float64",
 }
 _BY_NAME = {name: dt for dt, name in _NUMPY_NAMES.items()}

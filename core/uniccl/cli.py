@@ -1,4 +1,5 @@
 """The ``uniccl`` command: ``info``, ``bench``, ``run``, ``examples``, ``doctor``, ``report``, ``top``, ``trace``."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,22 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="plugins, their state and why; the chosen platform; MPI")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--all-ranks", action="store_true", help="under a launcher (uniccl run -n 4 uniccl info "
-                   "--all-ranks): one row per rank with host, platform and device, printed by rank 0")
+    p.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="under a launcher (uniccl run -n 4 uniccl info "
+        "--all-ranks): one row per rank with host, platform and device, printed by rank 0",
+    )
     p.set_defaults(func=_info)
     for name, module, what in (
-            ("bench", _bench, "nccl-tests style collective benchmark"),
-            ("run", _run, "launch a job: local, mpi, ssh or slurm launcher"),
-            ("examples", _examples, "run examples/*.py under the launcher; one log each, a summary table"),
-            ("doctor", _doctor, "line up the ranks' flight-recorder dumps; print the first divergence"),
-            ("report", _report, "one HTML page with plots and findings from a job's traces and stats"),
-            ("top", _top, "live view of a running job: per rank its call, bandwidth, what it waits on"),
-            ("trace", _trace, "traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline")):
+        ("bench", _bench, "nccl-tests style collective benchmark"),
+        ("run", _run, "launch a job: local, mpi, ssh or slurm launcher"),
+        ("examples", _examples, "run examples/*.py under the launcher; one log each, a summary table"),
+        ("doctor", _doctor, "line up the ranks' flight-recorder dumps; print the first divergence"),
+        ("report", _report, "one HTML page with plots and findings from a job's traces and stats"),
+        ("top", _top, "live view of a running job: per rank its call, bandwidth, what it waits on"),
+        ("trace", _trace, "traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline"),
+    ):
         p = sub.add_parser(name, help=what)
         module.add_arguments(p)
         p.set_defaults(func=module.main)

@@ -26,6 +26,7 @@ Conventions (the plugin ABI, version ``UNICCL_PLUGIN_API``)
 * Errors: raise a subclass of :class:`uniccl.UnicclError` (vendor statuses go
   through the plugin's single ``check_status``), never return error codes.
 """
+
 from __future__ import annotations
 
 import pluggy

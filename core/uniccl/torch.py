@@ -10,6 +10,7 @@ is copied to a contiguous one and back.  A call with ``async_op=True`` runs on t
 worker thread and returns a pending ``Work`` whose future gets the output tensors (what
 DDP's communication hooks chain on); other calls run in the caller's thread.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,13 @@ from .observability.log import logger
 
 __all__ = ["ProcessGroupUniccl", "register"]
 
-_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
-        dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
+_OPS = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.PRODUCT: "prod",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.AVG: "avg",
+}
 
 
 def _op_name(op) -> str:
@@ -45,8 +51,11 @@ def _op_name(op) -> str:
 def _op(opts, name: str) -> str:
     op = next((v for k, v in _OPS.items() if opts.reduceOp == k), None)
     if op is None:
-        raise InvalidArgument(f"torch reduce op {_op_name(opts.reduceOp)} is not one uniccl has (SUM, PRODUCT, MIN, "
-                              "MAX, AVG)", op=name, argument="op")
+        raise InvalidArgument(
+            f"torch reduce op {_op_name(opts.reduceOp)} is not one uniccl has (SUM, PRODUCT, MIN, MAX, AVG)",
+            op=name,
+            argument="op",
+        )
     return op
 
 
@@ -61,6 +70,7 @@ def _tensors(args):
 def _named_dtypes(body):
     """``body``, its "unsupported dtype" errors naming the torch dtype (``torch.bool``), not the
     DLPack code uniccl saw."""
+
     @functools.wraps(body)
     def named(self, *args, **kwargs):
         try:
@@ -75,8 +85,14 @@ def _named_dtypes(body):
             if not bad:
                 raise
             supported = f"; uniccl supports {text[1]}" if len(text) == 2 else ""
-            raise InvalidArgument(f"torch dtype {', '.join(bad)} is not one uniccl has{supported}", op=exc.op,
-                                  rank=exc.rank, argument=exc.argument, **exc.extra) from None
+            raise InvalidArgument(
+                f"torch dtype {', '.join(bad)} is not one uniccl has{supported}",
+                op=exc.op,
+                rank=exc.rank,
+                argument=exc.argument,
+                **exc.extra,
+            ) from None
+
     return named
 
 
@@ -85,8 +101,9 @@ def _order(order: str | None) -> str:
     or "native" (uniccl's own algorithms, fastest).  From the argument or UNICCL_TORCH_ORDER."""
     value = (order or os.environ.get("UNICCL_TORCH_ORDER") or "gloo").strip().lower()
     if value not in ("gloo", "native"):
-        raise InvalidArgument(f"UNICCL_TORCH_ORDER={value!r}: expected 'gloo' or 'native'", op="init_process_group",
-                              argument="order")
+        raise InvalidArgument(
+            f"UNICCL_TORCH_ORDER={value!r}: expected 'gloo' or 'native'", op="init_process_group", argument="order"
+        )
     return value
 
 
@@ -201,8 +218,13 @@ class ProcessGroupUniccl(dist.ProcessGroup):
     def _gloo_order(self, t: torch.Tensor, op: str) -> bool:
         """Whether this all_reduce must add in gloo's order: only where order can change the
         result (a float sum or product over 3+ ranks)."""
-        return (self.order == "gloo" and self.comm.size > 2 and op in ("sum", "prod")
-                and (t.is_floating_point() or t.is_complex()) and t.numel() > 0)
+        return (
+            self.order == "gloo"
+            and self.comm.size > 2
+            and op in ("sum", "prod")
+            and (t.is_floating_point() or t.is_complex())
+            and t.numel() > 0
+        )
 
     # ------------------------------------------------------------ reductions
     def _sync_allreduce(self, tensors, opts):
@@ -272,7 +294,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
             flat = torch.empty(t.numel() * self.comm.size, dtype=t.dtype)
             self.comm.all_gather(_Contig(t).t, flat)
             for r, o in enumerate(outs):
-                o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
+                o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
         return output_tensors
 
     allgather = _collective(_sync_allgather)
@@ -295,7 +317,7 @@ class ProcessGroupUniccl(dist.ProcessGroup):
         self.comm.gather(_Contig(t).t, flat, root=root)
         if me == root:
             for r, o in enumerate(output_tensors[0]):
-                o.copy_(flat[r * t.numel():(r + 1) * t.numel()].view_as(o))
+                o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
         return output_tensors
 
     gather = _collective(_sync_gather)
@@ -339,11 +361,11 @@ class ProcessGroupUniccl(dist.ProcessGroup):
                 if r == self.comm.rank:
                     continue
                 if ins[r]:
-                    self.comm.send(sflat[s_off[r]:s_off[r] + ins[r] * row], r)
+                    self.comm.send(sflat[s_off[r] : s_off[r] + ins[r] * row], r)
                 if outs[r]:
-                    self.comm.recv(dflat[d_off[r]:d_off[r] + outs[r] * row], r)
+                    self.comm.recv(dflat[d_off[r] : d_off[r] + outs[r] * row], r)
         me = self.comm.rank
-        dflat[d_off[me]:d_off[me] + outs[me] * row].copy_(sflat[s_off[me]:s_off[me] + ins[me] * row])
+        dflat[d_off[me] : d_off[me] + outs[me] * row].copy_(sflat[s_off[me] : s_off[me] + ins[me] * row])
         dst.back()
         return [output]
 
@@ -357,11 +379,12 @@ class ProcessGroupUniccl(dist.ProcessGroup):
         if len({t.numel() for t in input_tensors}) == 1 and len({t.numel() for t in output_tensors}) == 1:
             self.comm.all_to_all(flat_in, flat_out)
         else:
-            self._sync_alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                                     [t.numel() for t in input_tensors], opts)
+            self._sync_alltoall_base(
+                flat_out, flat_in, [t.numel() for t in output_tensors], [t.numel() for t in input_tensors], opts
+            )
         off = 0
         for t in output_tensors:
-            t.copy_(flat_out[off:off + t.numel()].view_as(t))
+            t.copy_(flat_out[off : off + t.numel()].view_as(t))
             off += t.numel()
         return output_tensors
 

@@ -3,6 +3,7 @@
 torch.distributed backend (``import uniccl.torch``); otherwise it does nothing, and costs
 nothing (this package is apart from ``uniccl`` so that nothing else is imported).  It never
 raises: a failing entry point there would break ``import torch``."""
+
 import os
 
 
@@ -20,5 +21,6 @@ def autoload() -> None:
     except Exception as exc:
         import warnings
 
-        warnings.warn(f"uniccl: the torch.distributed backend was not registered: {exc!r}", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"uniccl: the torch.distributed backend was not registered: {exc!r}", RuntimeWarning, stacklevel=2
+        )

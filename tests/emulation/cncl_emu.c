@@ -64,24 +64,22 @@ int inner_ncclGroupEnd(void);
 /* libcnrt (this library is linked against it) */
 int cnrtSetDevice(int);
 
-static cnclResult_t from_nccl(int st)
-{
+static cnclResult_t from_nccl(int st) {
     switch (st) {
     case 0: return CNCL_RET_SUCCESS;
-    case 1: return CNCL_RET_ERR_MLU_RUNTIME;  /* ncclUnhandledCudaError */
+    case 1: return CNCL_RET_ERR_MLU_RUNTIME; /* ncclUnhandledCudaError */
     case 2: return CNCL_RET_ERR_SYSTEM;
     case 3: return CNCL_RET_ERR_INTERNAL;
-    case 4: return CNCL_RET_ERR_ARGUMENTS;    /* ncclInvalidArgument */
-    case 5: return CNCL_RET_ERR_UNSUPPORTED;  /* ncclInvalidUsage: mismatched calls, wrong state */
-    case 6: return CNCL_RET_ERR_SYS_SOCKET;   /* ncclRemoteError: a peer died or left */
+    case 4: return CNCL_RET_ERR_ARGUMENTS;   /* ncclInvalidArgument */
+    case 5: return CNCL_RET_ERR_UNSUPPORTED; /* ncclInvalidUsage: mismatched calls, wrong state */
+    case 6: return CNCL_RET_ERR_SYS_SOCKET;  /* ncclRemoteError: a peer died or left */
     case 7: return CNCL_RET_ASYNC_IN_PROGRESS;
     default: return CNCL_RET_ERR_INTERNAL;
     }
 }
 
 /* cnclDataType_t -> the inner emulation's type code (NCCL's, plus 10/11 int16/uint16), or -1 */
-static int dtype_of(int dt)
-{
+static int dtype_of(int dt) {
     switch (dt) {
     case 0x10: return 6;  /* Half */
     case 0x11: return 9;  /* Bfloat16 */
@@ -98,19 +96,16 @@ static int dtype_of(int dt)
     }
 }
 
-#define ENTER(name)                         \
-    do {                                    \
-        int inj_ = uniccl_emu__enter(name); \
-        if (inj_)                           \
-            return inj_;                    \
+#define ENTER(name)                                                                                          \
+    do {                                                                                                     \
+        int inj_ = uniccl_emu__enter(name);                                                                  \
+        if (inj_) return inj_;                                                                               \
     } while (0)
-#define DTYPE(dt, out)                      \
-    int out = dtype_of(dt);                 \
-    if (out < 0)                            \
-        return CNCL_RET_ERR_ARGUMENTS
-#define OP(op)                              \
-    if ((op) < 0 || (op) > 3)               \
-        return CNCL_RET_ERR_ARGUMENTS
+#define DTYPE(dt, out)                                                                                       \
+    int out = dtype_of(dt);                                                                                  \
+    if (out < 0) return CNCL_RET_ERR_ARGUMENTS
+#define OP(op)                                                                                               \
+    if ((op) < 0 || (op) > 3) return CNCL_RET_ERR_ARGUMENTS
 
 static const struct {
     cnclResult_t code;
@@ -128,183 +123,156 @@ static const struct {
     {CNCL_RET_ERR_NOT_INIT, "CNCL_RET_ERR_NOT_INIT"},
 };
 
-EMU_EXPORT const char *cnclGetErrorStr(cnclResult_t r)
-{
+EMU_EXPORT const char *cnclGetErrorStr(cnclResult_t r) {
     for (size_t i = 0; i < sizeof k_results / sizeof k_results[0]; i++)
-        if (k_results[i].code == r)
-            return k_results[i].name;
+        if (k_results[i].code == r) return k_results[i].name;
     return "CNCL_RET_ERR_UNKNOWN";
 }
 
-EMU_EXPORT cnclResult_t cnclGetLibVersion(int *maj, int *min, int *patch)
-{
+EMU_EXPORT cnclResult_t cnclGetLibVersion(int *maj, int *min, int *patch) {
     ENTER("cnclGetLibVersion");
-    if (!maj || !min || !patch)
-        return CNCL_RET_ERR_NULL_POINTER;
+    if (!maj || !min || !patch) return CNCL_RET_ERR_NULL_POINTER;
     *maj = 1, *min = 25, *patch = 0;
     return CNCL_RET_SUCCESS;
 }
 
-static uint64_t fnv1a(const char *p, size_t n)
-{
+static uint64_t fnv1a(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++)
         h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
     return h;
 }
 
-EMU_EXPORT cnclResult_t cnclGetCliqueId(cnclCliqueId *id)
-{
+EMU_EXPORT cnclResult_t cnclGetCliqueId(cnclCliqueId *id) {
     ENTER("cnclGetCliqueId");
-    if (!id)
-        return CNCL_RET_ERR_NULL_POINTER;
+    if (!id) return CNCL_RET_ERR_NULL_POINTER;
     inner_id u;
     int st = inner_ncclGetUniqueId(&u);
-    if (st)
-        return from_nccl(st);
+    if (st) return from_nccl(st);
     memcpy(id->data, u.internal, sizeof id->data);
     id->hash = fnv1a(id->data, sizeof id->data);
     return CNCL_RET_SUCCESS;
 }
 
 EMU_EXPORT cnclResult_t cnclInitComms(void **comms, int num_comm, const int *dev_list, const int *rank_list,
-                                      int nrank, const cnclCliqueId *id)
-{
+                                      int nrank, const cnclCliqueId *id) {
     ENTER("cnclInitComms");
-    if (!comms || !dev_list || !rank_list)
-        return CNCL_RET_ERR_NULL_POINTER;
+    if (!comms || !dev_list || !rank_list) return CNCL_RET_ERR_NULL_POINTER;
     if (num_comm != 1 || !id)
         return CNCL_RET_ERR_UNSUPPORTED; /* emulation: one MLU per process, ids from cnclGetCliqueId */
-    if (id->hash != fnv1a(id->data, sizeof id->data) || nrank < 1 || rank_list[0] < 0 || rank_list[0] >= nrank)
+    if (id->hash != fnv1a(id->data, sizeof id->data) || nrank < 1 || rank_list[0] < 0 ||
+        rank_list[0] >= nrank)
         return CNCL_RET_ERR_ARGUMENTS;
-    if (cnrtSetDevice(dev_list[0]) != 0)
-        return CNCL_RET_ERR_MLU_RUNTIME;
+    if (cnrtSetDevice(dev_list[0]) != 0) return CNCL_RET_ERR_MLU_RUNTIME;
     inner_id u;
     memcpy(u.internal, id->data, sizeof u.internal);
     return from_nccl(inner_ncclCommInitRank(&comms[0], nrank, u, rank_list[0]));
 }
 
-EMU_EXPORT cnclResult_t cnclFreeComm(void *comm)
-{
+EMU_EXPORT cnclResult_t cnclFreeComm(void *comm) {
     ENTER("cnclFreeComm");
     return from_nccl(inner_ncclCommDestroy(comm));
 }
 
-EMU_EXPORT cnclResult_t cnclDestroyComms(void **comms, int num)
-{
+EMU_EXPORT cnclResult_t cnclDestroyComms(void **comms, int num) {
     ENTER("cnclDestroyComms");
-    if (!comms)
-        return CNCL_RET_ERR_NULL_POINTER;
+    if (!comms) return CNCL_RET_ERR_NULL_POINTER;
     for (int i = 0; i < num; i++) {
         int st = inner_ncclCommDestroy(comms[i]);
-        if (st)
-            return from_nccl(st);
+        if (st) return from_nccl(st);
     }
     return CNCL_RET_SUCCESS;
 }
 
-EMU_EXPORT cnclResult_t cnclAbortComm(void *comm)
-{
+EMU_EXPORT cnclResult_t cnclAbortComm(void *comm) {
     ENTER("cnclAbortComm");
     return from_nccl(inner_ncclCommAbort(comm));
 }
 
 /* the communicator's asynchronous error, as its return value */
-EMU_EXPORT cnclResult_t cnclGetCommAsyncError(void *comm)
-{
+EMU_EXPORT cnclResult_t cnclGetCommAsyncError(void *comm) {
     ENTER("cnclGetCommAsyncError");
     int res = 0, st = inner_ncclCommGetAsyncError(comm, &res);
     return from_nccl(st ? st : res);
 }
 
-EMU_EXPORT cnclResult_t cnclGetCommCount(int *count, void *comm)
-{
+EMU_EXPORT cnclResult_t cnclGetCommCount(int *count, void *comm) {
     ENTER("cnclGetCommCount");
     return from_nccl(inner_ncclCommCount(comm, count));
 }
 
-EMU_EXPORT cnclResult_t cnclGetCommRank(int *rank, void *comm)
-{
+EMU_EXPORT cnclResult_t cnclGetCommRank(int *rank, void *comm) {
     ENTER("cnclGetCommRank");
     return from_nccl(inner_ncclCommUserRank(comm, rank));
 }
 
-EMU_EXPORT cnclResult_t cnclGetCommDevice(int *dev, void *comm)
-{
+EMU_EXPORT cnclResult_t cnclGetCommDevice(int *dev, void *comm) {
     ENTER("cnclGetCommDevice");
     return from_nccl(inner_ncclCommCuDevice(comm, dev));
 }
 
-EMU_EXPORT cnclResult_t cnclAllReduce(const void *send, void *recv, size_t count, int dt, int op, void *comm, void *q)
-{
+EMU_EXPORT cnclResult_t cnclAllReduce(const void *send, void *recv, size_t count, int dt, int op, void *comm,
+                                      void *q) {
     ENTER("cnclAllReduce");
     DTYPE(dt, t);
     OP(op);
     return from_nccl(inner_ncclAllReduce(send, recv, count, t, op, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclBroadcast(const void *send, void *recv, size_t count, int dt, int root, void *comm,
-                                      void *q)
-{
+EMU_EXPORT cnclResult_t cnclBroadcast(const void *send, void *recv, size_t count, int dt, int root,
+                                      void *comm, void *q) {
     ENTER("cnclBroadcast");
     DTYPE(dt, t);
     return from_nccl(inner_ncclBroadcast(send, recv, count, t, root, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclBcast(void *buf, size_t count, int dt, int root, void *comm, void *q)
-{
+EMU_EXPORT cnclResult_t cnclBcast(void *buf, size_t count, int dt, int root, void *comm, void *q) {
     ENTER("cnclBcast");
     DTYPE(dt, t);
     return from_nccl(inner_ncclBroadcast(buf, buf, count, t, root, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclReduce(const void *send, void *recv, size_t count, int dt, int op, int root, void *comm,
-                                   void *q)
-{
+EMU_EXPORT cnclResult_t cnclReduce(const void *send, void *recv, size_t count, int dt, int op, int root,
+                                   void *comm, void *q) {
     ENTER("cnclReduce");
     DTYPE(dt, t);
     OP(op);
     return from_nccl(inner_ncclReduce(send, recv, count, t, op, root, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclAllGather(const void *send, void *recv, size_t count, int dt, void *comm, void *q)
-{
+EMU_EXPORT cnclResult_t cnclAllGather(const void *send, void *recv, size_t count, int dt, void *comm,
+                                      void *q) {
     ENTER("cnclAllGather");
     DTYPE(dt, t);
     return from_nccl(inner_ncclAllGather(send, recv, count, t, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclReduceScatter(const void *send, void *recv, size_t recvcount, int dt, int op, void *comm,
-                                          void *q)
-{
+EMU_EXPORT cnclResult_t cnclReduceScatter(const void *send, void *recv, size_t recvcount, int dt, int op,
+                                          void *comm, void *q) {
     ENTER("cnclReduceScatter");
     DTYPE(dt, t);
     OP(op);
     return from_nccl(inner_ncclReduceScatter(send, recv, recvcount, t, op, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclSend(void *buf, size_t count, int dt, int peer, void *comm, void *q)
-{
+EMU_EXPORT cnclResult_t cnclSend(void *buf, size_t count, int dt, int peer, void *comm, void *q) {
     ENTER("cnclSend");
     DTYPE(dt, t);
     return from_nccl(inner_ncclSend(buf, count, t, peer, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclRecv(void *buf, size_t count, int dt, int peer, void *comm, void *q)
-{
+EMU_EXPORT cnclResult_t cnclRecv(void *buf, size_t count, int dt, int peer, void *comm, void *q) {
     ENTER("cnclRecv");
     DTYPE(dt, t);
     return from_nccl(inner_ncclRecv(buf, count, t, peer, comm, q));
 }
 
-EMU_EXPORT cnclResult_t cnclGroupStart(void)
-{
+EMU_EXPORT cnclResult_t cnclGroupStart(void) {
     ENTER("cnclGroupStart");
     return from_nccl(inner_ncclGroupStart());
 }
 
-EMU_EXPORT cnclResult_t cnclGroupEnd(void)
-{
+EMU_EXPORT cnclResult_t cnclGroupEnd(void) {
     ENTER("cnclGroupEnd");
     return from_nccl(inner_ncclGroupEnd());
 }

@@ -79,30 +79,28 @@ struct inner_attrs {
 int inner_cudaPointerGetAttributes(struct inner_attrs *, const void *);
 
 /* A CUDA emulation status as the cnrtRet_t CNRT gives for the same condition. */
-static cnrtRet_t from_cuda(int st)
-{
+static cnrtRet_t from_cuda(int st) {
     switch (st) {
     case 0: return cnrtSuccess;
-    case 1: return cnrtErrorArgsInvalid;                /* cudaErrorInvalidValue */
-    case 2: return cnrtErrorNoMem;                      /* cudaErrorMemoryAllocation */
-    case 3: return cnrtErrorInit;                       /* cudaErrorInitializationError */
-    case 35: return cnrtErrorCndrvFuncCall;             /* cudaErrorInsufficientDriver */
+    case 1: return cnrtErrorArgsInvalid;    /* cudaErrorInvalidValue */
+    case 2: return cnrtErrorNoMem;          /* cudaErrorMemoryAllocation */
+    case 3: return cnrtErrorInit;           /* cudaErrorInitializationError */
+    case 35: return cnrtErrorCndrvFuncCall; /* cudaErrorInsufficientDriver */
     case 100: return cnrtErrorNoDevice;
     case 101: return cnrtErrorDeviceInvalid;
     case 400: return cnrtErrorInvalidResourceHandle;
-    case 600: return cnrtErrorBusy;                     /* cudaErrorNotReady */
-    case 700: return cnrtErrorDevice;                   /* cudaErrorIllegalAddress */
+    case 600: return cnrtErrorBusy;   /* cudaErrorNotReady */
+    case 700: return cnrtErrorDevice; /* cudaErrorIllegalAddress */
     case 801: return cnrtErrorNotSupport;
     default: return cnrtErrorUnknown;
     }
 }
 
-#define CNRT(name, call)                  \
-    do {                                  \
-        int inj_ = uniccl_emu__enter(name); \
-        if (inj_)                         \
-            return inj_;                  \
-        return from_cuda(call);           \
+#define CNRT(name, call)                                                                                     \
+    do {                                                                                                     \
+        int inj_ = uniccl_emu__enter(name);                                                                  \
+        if (inj_) return inj_;                                                                               \
+        return from_cuda(call);                                                                              \
     } while (0)
 
 static const struct {
@@ -127,164 +125,151 @@ static const struct {
     {cnrtErrorUnknown, "cnrtErrorUnknown", "unknown error"},
 };
 
-EMU_EXPORT const char *cnrtGetErrorName(cnrtRet_t e)
-{
+EMU_EXPORT const char *cnrtGetErrorName(cnrtRet_t e) {
     for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
-        if (k_errors[i].code == e)
-            return k_errors[i].name;
+        if (k_errors[i].code == e) return k_errors[i].name;
     return "cnrtErrorUnknown";
 }
 
-EMU_EXPORT const char *cnrtGetErrorStr(cnrtRet_t e)
-{
+EMU_EXPORT const char *cnrtGetErrorStr(cnrtRet_t e) {
     for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
-        if (k_errors[i].code == e)
-            return k_errors[i].text;
+        if (k_errors[i].code == e) return k_errors[i].text;
     return "unknown error";
 }
 
 /* -------------------------------------------------------------- devices */
-EMU_EXPORT cnrtRet_t cnrtGetDeviceCount(unsigned *count)
-{
+EMU_EXPORT cnrtRet_t cnrtGetDeviceCount(unsigned *count) {
     int inj = uniccl_emu__enter("cnrtGetDeviceCount");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     int n = 0, st = inner_cudaGetDeviceCount(&n);
-    if (count)
-        *count = st == 0 ? (unsigned)n : 0u;
+    if (count) *count = st == 0 ? (unsigned)n : 0u;
     return count ? from_cuda(st) : cnrtErrorArgsInvalid;
 }
 
-EMU_EXPORT cnrtRet_t cnrtSetDevice(int dev) { CNRT("cnrtSetDevice", inner_cudaSetDevice(dev)); }
-EMU_EXPORT cnrtRet_t cnrtGetDevice(int *dev) { CNRT("cnrtGetDevice", inner_cudaGetDevice(dev)); }
-EMU_EXPORT cnrtRet_t cnrtSyncDevice(void) { CNRT("cnrtSyncDevice", inner_cudaDeviceSynchronize()); }
-EMU_EXPORT cnrtRet_t cnrtGetLastError(void) { return from_cuda(inner_cudaGetLastError()); }
-EMU_EXPORT cnrtRet_t cnrtPeekAtLastError(void) { return from_cuda(inner_cudaPeekAtLastError()); }
-EMU_EXPORT cnrtRet_t cnrtMemGetInfo(size_t *free_b, size_t *total)
-{
+EMU_EXPORT cnrtRet_t cnrtSetDevice(int dev) {
+    CNRT("cnrtSetDevice", inner_cudaSetDevice(dev));
+}
+EMU_EXPORT cnrtRet_t cnrtGetDevice(int *dev) {
+    CNRT("cnrtGetDevice", inner_cudaGetDevice(dev));
+}
+EMU_EXPORT cnrtRet_t cnrtSyncDevice(void) {
+    CNRT("cnrtSyncDevice", inner_cudaDeviceSynchronize());
+}
+EMU_EXPORT cnrtRet_t cnrtGetLastError(void) {
+    return from_cuda(inner_cudaGetLastError());
+}
+EMU_EXPORT cnrtRet_t cnrtPeekAtLastError(void) {
+    return from_cuda(inner_cudaPeekAtLastError());
+}
+EMU_EXPORT cnrtRet_t cnrtMemGetInfo(size_t *free_b, size_t *total) {
     CNRT("cnrtMemGetInfo", inner_cudaMemGetInfo(free_b, total));
 }
 
-static void version3(int *maj, int *min, int *patch, int a, int b, int c)
-{
+static void version3(int *maj, int *min, int *patch, int a, int b, int c) {
     *maj = a;
     *min = b;
     *patch = c;
 }
 
-EMU_EXPORT cnrtRet_t cnrtGetLibVersion(int *maj, int *min, int *patch)
-{
+EMU_EXPORT cnrtRet_t cnrtGetLibVersion(int *maj, int *min, int *patch) {
     int inj = uniccl_emu__enter("cnrtGetLibVersion");
-    if (inj)
-        return inj;
-    if (!maj || !min || !patch)
-        return cnrtErrorArgsInvalid;
+    if (inj) return inj;
+    if (!maj || !min || !patch) return cnrtErrorArgsInvalid;
     version3(maj, min, patch, 6, 14, 1);
     return cnrtSuccess;
 }
 
-EMU_EXPORT cnrtRet_t cnrtDriverGetVersion(int *maj, int *min, int *patch)
-{
+EMU_EXPORT cnrtRet_t cnrtDriverGetVersion(int *maj, int *min, int *patch) {
     int inj = uniccl_emu__enter("cnrtDriverGetVersion");
-    if (inj)
-        return inj;
-    if (!maj || !min || !patch)
-        return cnrtErrorArgsInvalid;
+    if (inj) return inj;
+    if (!maj || !min || !patch) return cnrtErrorArgsInvalid;
     version3(maj, min, patch, 6, 2, 5);
     return cnrtSuccess;
 }
 
 /* cnrtDeviceProp_t: name[256] first (all this emulation fills); the caller's buffer must
  * hold the struct of its CNRT version */
-EMU_EXPORT cnrtRet_t cnrtGetDeviceProperties_V2(void *prop, int dev)
-{
+EMU_EXPORT cnrtRet_t cnrtGetDeviceProperties_V2(void *prop, int dev) {
     int inj = uniccl_emu__enter("cnrtGetDeviceProperties_V2");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     int n = 0;
-    if (!prop)
-        return cnrtErrorArgsInvalid;
+    if (!prop) return cnrtErrorArgsInvalid;
     int st = inner_cudaGetDeviceCount(&n);
-    if (st)
-        return from_cuda(st);
-    if (dev < 0 || dev >= n)
-        return cnrtErrorDeviceInvalid;
+    if (st) return from_cuda(st);
+    if (dev < 0 || dev >= n) return cnrtErrorDeviceInvalid;
     snprintf((char *)prop, 256, "Cambricon emulated MLU %d", dev);
     return cnrtSuccess;
 }
 
 /* attribute 0x405 (cnrtAttrTotalMemSize, MB) only */
-EMU_EXPORT cnrtRet_t cnrtDeviceGetAttribute(int *value, int attr, int dev)
-{
+EMU_EXPORT cnrtRet_t cnrtDeviceGetAttribute(int *value, int attr, int dev) {
     int inj = uniccl_emu__enter("cnrtDeviceGetAttribute");
-    if (inj)
-        return inj;
-    if (!value || attr != 0x405)
-        return cnrtErrorArgsInvalid;
+    if (inj) return inj;
+    if (!value || attr != 0x405) return cnrtErrorArgsInvalid;
     int cur = 0, st = inner_cudaGetDevice(&cur);
-    if (!st)
-        st = inner_cudaSetDevice(dev);
-    if (st)
-        return from_cuda(st);
+    if (!st) st = inner_cudaSetDevice(dev);
+    if (st) return from_cuda(st);
     size_t free_b = 0, total = 0;
     st = inner_cudaMemGetInfo(&free_b, &total);
     inner_cudaSetDevice(cur);
-    if (!st)
-        *value = (int)(total >> 20);
+    if (!st) *value = (int)(total >> 20);
     return from_cuda(st);
 }
 
 /* --------------------------------------------------------------- memory */
-EMU_EXPORT cnrtRet_t cnrtMalloc(void **p, size_t n) { CNRT("cnrtMalloc", inner_cudaMalloc(p, n)); }
-EMU_EXPORT cnrtRet_t cnrtFree(void *p) { CNRT("cnrtFree", inner_cudaFree(p)); }
-EMU_EXPORT cnrtRet_t cnrtHostMalloc(void **p, size_t n) { CNRT("cnrtHostMalloc", inner_cudaMallocHost(p, n)); }
-EMU_EXPORT cnrtRet_t cnrtFreeHost(void *p) { CNRT("cnrtFreeHost", inner_cudaFreeHost(p)); }
+EMU_EXPORT cnrtRet_t cnrtMalloc(void **p, size_t n) {
+    CNRT("cnrtMalloc", inner_cudaMalloc(p, n));
+}
+EMU_EXPORT cnrtRet_t cnrtFree(void *p) {
+    CNRT("cnrtFree", inner_cudaFree(p));
+}
+EMU_EXPORT cnrtRet_t cnrtHostMalloc(void **p, size_t n) {
+    CNRT("cnrtHostMalloc", inner_cudaMallocHost(p, n));
+}
+EMU_EXPORT cnrtRet_t cnrtFreeHost(void *p) {
+    CNRT("cnrtFreeHost", inner_cudaFreeHost(p));
+}
 
 /* cnrtMemTransDir_t -> cudaMemcpyKind, or -1 */
-static int kind_of(int dir)
-{
+static int kind_of(int dir) {
     switch (dir) {
-    case 0: return 1;          /* HostToDev */
-    case 1: return 3;          /* DevToDev */
-    case 2: return 2;          /* DevToHost */
-    case 3: return 0;          /* HostToHost */
-    case 4: return 3;          /* PeerToPeer: one address space here */
-    case 5: return 4;          /* NoDirection: inferred from the pointers */
+    case 0: return 1; /* HostToDev */
+    case 1: return 3; /* DevToDev */
+    case 2: return 2; /* DevToHost */
+    case 3: return 0; /* HostToHost */
+    case 4: return 3; /* PeerToPeer: one address space here */
+    case 5: return 4; /* NoDirection: inferred from the pointers */
     default: return -1;
     }
 }
 
-EMU_EXPORT cnrtRet_t cnrtMemcpy(void *dst, void *src, size_t n, int dir)
-{
+EMU_EXPORT cnrtRet_t cnrtMemcpy(void *dst, void *src, size_t n, int dir) {
     int inj = uniccl_emu__enter("cnrtMemcpy");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     int kind = kind_of(dir);
     return kind < 0 ? cnrtErrorMemcpyDirectionInvalid : from_cuda(inner_cudaMemcpy(dst, src, n, kind));
 }
 
-static cnrtRet_t memcpy_async(const char *name, void *dst, void *src, size_t n, void *q, int dir)
-{
+static cnrtRet_t memcpy_async(const char *name, void *dst, void *src, size_t n, void *q, int dir) {
     int inj = uniccl_emu__enter(name);
-    if (inj)
-        return inj;
+    if (inj) return inj;
     int kind = kind_of(dir);
-    return kind < 0 ? cnrtErrorMemcpyDirectionInvalid : from_cuda(inner_cudaMemcpyAsync(dst, src, n, kind, q));
+    return kind < 0 ? cnrtErrorMemcpyDirectionInvalid
+                    : from_cuda(inner_cudaMemcpyAsync(dst, src, n, kind, q));
 }
 
-EMU_EXPORT cnrtRet_t cnrtMemcpyAsync(void *dst, void *src, size_t n, void *q, int dir)
-{
+EMU_EXPORT cnrtRet_t cnrtMemcpyAsync(void *dst, void *src, size_t n, void *q, int dir) {
     return memcpy_async("cnrtMemcpyAsync", dst, src, n, q, dir);
 }
 
-EMU_EXPORT cnrtRet_t cnrtMemcpyAsync_V2(void *dst, void *src, size_t n, void *q, int dir)
-{
+EMU_EXPORT cnrtRet_t cnrtMemcpyAsync_V2(void *dst, void *src, size_t n, void *q, int dir) {
     return memcpy_async("cnrtMemcpyAsync_V2", dst, src, n, q, dir);
 }
 
-EMU_EXPORT cnrtRet_t cnrtMemset(void *p, int v, size_t n) { CNRT("cnrtMemset", inner_cudaMemset(p, v, n)); }
-EMU_EXPORT cnrtRet_t cnrtMemsetAsync(void *p, int v, size_t n, void *q)
-{
+EMU_EXPORT cnrtRet_t cnrtMemset(void *p, int v, size_t n) {
+    CNRT("cnrtMemset", inner_cudaMemset(p, v, n));
+}
+EMU_EXPORT cnrtRet_t cnrtMemsetAsync(void *p, int v, size_t n, void *q) {
     CNRT("cnrtMemsetAsync", inner_cudaMemsetAsync(p, v, n, q));
 }
 
@@ -299,17 +284,13 @@ struct cnrt_attrs {
 };
 _Static_assert(sizeof(struct cnrt_attrs) == 48, "cnrtPointerAttributes_t is 48 bytes");
 
-EMU_EXPORT cnrtRet_t cnrtPointerGetAttributes(struct cnrt_attrs *a, const void *p)
-{
+EMU_EXPORT cnrtRet_t cnrtPointerGetAttributes(struct cnrt_attrs *a, const void *p) {
     int inj = uniccl_emu__enter("cnrtPointerGetAttributes");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     struct inner_attrs in;
-    if (!a)
-        return cnrtErrorArgsInvalid;
+    if (!a) return cnrtErrorArgsInvalid;
     int st = inner_cudaPointerGetAttributes(&in, p);
-    if (st)
-        return from_cuda(st);
+    if (st) return from_cuda(st);
     memset(a, 0, sizeof *a);
     a->type = in.type == 1 ? 1 : in.type == 0 ? 0 : 2; /* host, unregistered, device (managed too) */
     a->device = in.device;
@@ -319,36 +300,48 @@ EMU_EXPORT cnrtRet_t cnrtPointerGetAttributes(struct cnrt_attrs *a, const void *
 }
 
 /* --------------------------------------------------------------- queues */
-EMU_EXPORT cnrtRet_t cnrtQueueCreate(void **q) { CNRT("cnrtQueueCreate", inner_cudaStreamCreate(q)); }
-EMU_EXPORT cnrtRet_t cnrtQueueDestroy(void *q) { CNRT("cnrtQueueDestroy", inner_cudaStreamDestroy(q)); }
-EMU_EXPORT cnrtRet_t cnrtQueueSync(void *q) { CNRT("cnrtQueueSync", inner_cudaStreamSynchronize(q)); }
-EMU_EXPORT cnrtRet_t cnrtQueueQuery(void *q) { CNRT("cnrtQueueQuery", inner_cudaStreamQuery(q)); }
-EMU_EXPORT cnrtRet_t cnrtQueueWaitNotifier(void *n, void *q, unsigned flag)
-{
+EMU_EXPORT cnrtRet_t cnrtQueueCreate(void **q) {
+    CNRT("cnrtQueueCreate", inner_cudaStreamCreate(q));
+}
+EMU_EXPORT cnrtRet_t cnrtQueueDestroy(void *q) {
+    CNRT("cnrtQueueDestroy", inner_cudaStreamDestroy(q));
+}
+EMU_EXPORT cnrtRet_t cnrtQueueSync(void *q) {
+    CNRT("cnrtQueueSync", inner_cudaStreamSynchronize(q));
+}
+EMU_EXPORT cnrtRet_t cnrtQueueQuery(void *q) {
+    CNRT("cnrtQueueQuery", inner_cudaStreamQuery(q));
+}
+EMU_EXPORT cnrtRet_t cnrtQueueWaitNotifier(void *n, void *q, unsigned flag) {
     int inj = uniccl_emu__enter("cnrtQueueWaitNotifier");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     return flag ? cnrtErrorArgsInvalid : from_cuda(inner_cudaStreamWaitEvent(q, n, 0));
 }
 
 /* ------------------------------------------------------------ notifiers */
-EMU_EXPORT cnrtRet_t cnrtNotifierCreate(void **n) { CNRT("cnrtNotifierCreate", inner_cudaEventCreate(n)); }
-EMU_EXPORT cnrtRet_t cnrtNotifierDestroy(void *n) { CNRT("cnrtNotifierDestroy", inner_cudaEventDestroy(n)); }
-EMU_EXPORT cnrtRet_t cnrtPlaceNotifier(void *n, void *q) { CNRT("cnrtPlaceNotifier", inner_cudaEventRecord(n, q)); }
-EMU_EXPORT cnrtRet_t cnrtQueryNotifier(void *n) { CNRT("cnrtQueryNotifier", inner_cudaEventQuery(n)); }
-EMU_EXPORT cnrtRet_t cnrtWaitNotifier(void *n) { CNRT("cnrtWaitNotifier", inner_cudaEventSynchronize(n)); }
-EMU_EXPORT cnrtRet_t cnrtNotifierElapsedTime(void *start, void *end, float *ms)
-{
+EMU_EXPORT cnrtRet_t cnrtNotifierCreate(void **n) {
+    CNRT("cnrtNotifierCreate", inner_cudaEventCreate(n));
+}
+EMU_EXPORT cnrtRet_t cnrtNotifierDestroy(void *n) {
+    CNRT("cnrtNotifierDestroy", inner_cudaEventDestroy(n));
+}
+EMU_EXPORT cnrtRet_t cnrtPlaceNotifier(void *n, void *q) {
+    CNRT("cnrtPlaceNotifier", inner_cudaEventRecord(n, q));
+}
+EMU_EXPORT cnrtRet_t cnrtQueryNotifier(void *n) {
+    CNRT("cnrtQueryNotifier", inner_cudaEventQuery(n));
+}
+EMU_EXPORT cnrtRet_t cnrtWaitNotifier(void *n) {
+    CNRT("cnrtWaitNotifier", inner_cudaEventSynchronize(n));
+}
+EMU_EXPORT cnrtRet_t cnrtNotifierElapsedTime(void *start, void *end, float *ms) {
     CNRT("cnrtNotifierElapsedTime", inner_cudaEventElapsedTime(ms, start, end));
 }
-EMU_EXPORT cnrtRet_t cnrtNotifierDuration(void *start, void *end, float *us)
-{
+EMU_EXPORT cnrtRet_t cnrtNotifierDuration(void *start, void *end, float *us) {
     int inj = uniccl_emu__enter("cnrtNotifierDuration");
-    if (inj)
-        return inj;
+    if (inj) return inj;
     float ms = 0;
     int st = inner_cudaEventElapsedTime(&ms, start, end);
-    if (!st && us)
-        *us = ms * 1000.0f;
+    if (!st && us) *us = ms * 1000.0f;
     return from_cuda(st);
 }

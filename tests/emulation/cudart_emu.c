@@ -78,8 +78,8 @@ enum {
 typedef int cudaError_t;
 
 /* ------------------------------------------------------------ global state */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  /* streams, events, allocs */
-static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;  /* some stream progressed */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* streams, events, allocs */
+static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER; /* some stream progressed */
 static int g_ndev = 2;
 static size_t g_devmem = (size_t)1 << 30;
 static size_t g_used[MAX_DEV];
@@ -87,10 +87,8 @@ static int g_driver = EMU_RUNTIME_VERSION;
 static __thread int t_dev;
 static __thread cudaError_t t_err;
 
-static cudaError_t set_err(cudaError_t rc)
-{
-    if (rc != cudaSuccess && rc != cudaErrorNotReady)
-        t_err = rc;
+static cudaError_t set_err(cudaError_t rc) {
+    if (rc != cudaSuccess && rc != cudaErrorNotReady) t_err = rc;
     return rc;
 }
 
@@ -105,13 +103,10 @@ static pthread_mutex_t g_inj_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct callstat g_calls[MAX_CALLS];
 static int g_ncalls;
 
-static struct callstat *callstat(const char *name)
-{
+static struct callstat *callstat(const char *name) {
     for (int i = 0; i < g_ncalls; i++)
-        if (strcmp(g_calls[i].name, name) == 0)
-            return &g_calls[i];
-    if (g_ncalls == MAX_CALLS)
-        return NULL;
+        if (strcmp(g_calls[i].name, name) == 0) return &g_calls[i];
+    if (g_ncalls == MAX_CALLS) return NULL;
     struct callstat *cs = &g_calls[g_ncalls++];
     memset(cs, 0, sizeof *cs);
     snprintf(cs->name, sizeof cs->name, "%s", name);
@@ -122,8 +117,7 @@ static struct callstat *callstat(const char *name)
 /* Vendor builds (metax: mc/mccl, moore: musa/mccl): the exported symbols are renamed
  * after compiling (objcopy --redefine-syms); the names this emulation counts, injects
  * and reports follow them: "cudaX" -> EMU_RT_PREFIX "X", "ncclX" -> EMU_CCL_PREFIX "X". */
-static const char *vendor_name(const char *name, char *buf, size_t n)
-{
+static const char *vendor_name(const char *name, char *buf, size_t n) {
     if (name && strncmp(name, "cuda", 4) == 0)
         snprintf(buf, n, "%s%s", EMU_RT_PREFIX, name + 4);
     else if (name && strncmp(name, "nccl", 4) == 0)
@@ -134,8 +128,7 @@ static const char *vendor_name(const char *name, char *buf, size_t n)
 }
 #endif
 
-EMU_EXPORT int uniccl_emu__enter(const char *call)
-{
+EMU_EXPORT int uniccl_emu__enter(const char *call) {
     int rc = 0;
 #ifdef EMU_RT_PREFIX
     char vname[64];
@@ -150,8 +143,7 @@ EMU_EXPORT int uniccl_emu__enter(const char *call)
                 cs->skip--;
             else if (cs->times != 0) {
                 rc = cs->status;
-                if (cs->times > 0)
-                    cs->times--;
+                if (cs->times > 0) cs->times--;
             }
         }
     }
@@ -159,8 +151,7 @@ EMU_EXPORT int uniccl_emu__enter(const char *call)
     return rc;
 }
 
-EMU_EXPORT int uniccl_emu_fail(const char *call, int status, int after, int times)
-{
+EMU_EXPORT int uniccl_emu_fail(const char *call, int status, int after, int times) {
     pthread_mutex_lock(&g_inj_mu);
     int rc = 0;
     if (!call) {
@@ -180,8 +171,7 @@ EMU_EXPORT int uniccl_emu_fail(const char *call, int status, int after, int time
     return rc;
 }
 
-EMU_EXPORT int uniccl_emu_calls(const char *call)
-{
+EMU_EXPORT int uniccl_emu_calls(const char *call) {
     long n = 0;
     pthread_mutex_lock(&g_inj_mu);
     if (!call) {
@@ -189,30 +179,26 @@ EMU_EXPORT int uniccl_emu_calls(const char *call)
             n += g_calls[i].calls;
     } else {
         for (int i = 0; i < g_ncalls; i++)
-            if (strcmp(g_calls[i].name, call) == 0)
-                n = g_calls[i].calls;
+            if (strcmp(g_calls[i].name, call) == 0) n = g_calls[i].calls;
     }
     pthread_mutex_unlock(&g_inj_mu);
     return n > 0x7fffffff ? 0x7fffffff : (int)n;
 }
 
 /* "name=status[@after[:times]];..." -- times defaults to forever. */
-static void parse_fail_env(const char *spec)
-{
+static void parse_fail_env(const char *spec) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ";,", &save); tok; tok = strtok_r(NULL, ";,", &save)) {
         char *eq = strchr(tok, '=');
-        if (!eq)
-            continue;
+        if (!eq) continue;
         *eq = 0;
         char *end;
         int status = (int)strtol(eq + 1, &end, 0), after = 0, times = -1;
         if (*end == '@') {
             after = (int)strtol(end + 1, &end, 0);
-            if (*end == ':')
-                times = (int)strtol(end + 1, &end, 0);
+            if (*end == ':') times = (int)strtol(end + 1, &end, 0);
         }
         while (*tok == ' ')
             tok++;
@@ -220,26 +206,22 @@ static void parse_fail_env(const char *spec)
     }
 }
 
-#define ENTER(name)                                                                      \
-    do {                                                                                 \
-        int inj_ = uniccl_emu__enter(name);                                              \
-        if (inj_)                                                                        \
-            return set_err(inj_);                                                        \
+#define ENTER(name)                                                                                          \
+    do {                                                                                                     \
+        int inj_ = uniccl_emu__enter(name);                                                                  \
+        if (inj_) return set_err(inj_);                                                                      \
     } while (0)
 
 /* Device calls fail like the real runtime when there is no usable device. */
-static cudaError_t dev_ok(void)
-{
-    if (g_driver < EMU_RUNTIME_VERSION)
-        return cudaErrorInsufficientDriver;
+static cudaError_t dev_ok(void) {
+    if (g_driver < EMU_RUNTIME_VERSION) return cudaErrorInsufficientDriver;
     return g_ndev > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 
-#define DEV_OK()                                                                         \
-    do {                                                                                 \
-        cudaError_t d_ = dev_ok();                                                       \
-        if (d_)                                                                          \
-            return set_err(d_);                                                          \
+#define DEV_OK()                                                                                             \
+    do {                                                                                                     \
+        cudaError_t d_ = dev_ok();                                                                           \
+        if (d_) return set_err(d_);                                                                          \
     } while (0)
 
 /* ------------------------------------------------------- allocation table */
@@ -252,8 +234,7 @@ static alloc_t *g_allocs;
 static size_t g_nalloc, g_capalloc;
 
 /* Index of the allocation containing p, or -1.  Caller holds g_mu. */
-static long alloc_find(uintptr_t p)
-{
+static long alloc_find(uintptr_t p) {
     size_t lo = 0, hi = g_nalloc;
     while (lo < hi) { /* first base > p */
         size_t mid = (lo + hi) / 2;
@@ -262,19 +243,16 @@ static long alloc_find(uintptr_t p)
         else
             hi = mid;
     }
-    if (lo == 0)
-        return -1;
+    if (lo == 0) return -1;
     alloc_t *a = &g_allocs[lo - 1];
     return p < a->base + a->size ? (long)(lo - 1) : -1;
 }
 
-static int alloc_insert(uintptr_t base, size_t size, int dev, int type)
-{
+static int alloc_insert(uintptr_t base, size_t size, int dev, int type) {
     if (g_nalloc == g_capalloc) {
         size_t cap = g_capalloc ? 2 * g_capalloc : 64;
         alloc_t *n = realloc(g_allocs, cap * sizeof *n);
-        if (!n)
-            return -1;
+        if (!n) return -1;
         g_allocs = n;
         g_capalloc = cap;
     }
@@ -288,16 +266,14 @@ static int alloc_insert(uintptr_t base, size_t size, int dev, int type)
     return 0;
 }
 
-static void alloc_remove(size_t i)
-{
+static void alloc_remove(size_t i) {
     memmove(&g_allocs[i], &g_allocs[i + 1], (g_nalloc - i - 1) * sizeof *g_allocs);
     g_nalloc--;
 }
 
 /* Classify [p, p+n): 0 unknown (host), MEM_HOST, MEM_DEVICE, or -1 when it starts
  * inside an allocation but runs past its end.  Caller holds g_mu. */
-static int range_type(const void *p, size_t n, int *dev)
-{
+static int range_type(const void *p, size_t n, int *dev) {
     long i = alloc_find((uintptr_t)p);
     if (i < 0) {
         /* Unknown (host) memory, unless the range runs into an allocation. */
@@ -312,27 +288,24 @@ static int range_type(const void *p, size_t n, int *dev)
         return lo < g_nalloc && g_allocs[lo].base - (uintptr_t)p < n ? -1 : 0;
     }
     alloc_t *a = &g_allocs[i];
-    if (dev)
-        *dev = a->dev;
-    if ((uintptr_t)p + n > a->base + a->size || (uintptr_t)p + n < (uintptr_t)p)
-        return -1;
+    if (dev) *dev = a->dev;
+    if ((uintptr_t)p + n > a->base + a->size || (uintptr_t)p + n < (uintptr_t)p) return -1;
     return a->type;
 }
 
 /* Private: used by libnccl to check buffers like NCCL_CHECK_POINTERS=1. */
-EMU_EXPORT int uniccl_emu__ptr(const void *p, size_t n, int *type, int *dev)
-{
+EMU_EXPORT int uniccl_emu__ptr(const void *p, size_t n, int *type, int *dev) {
     pthread_mutex_lock(&g_mu);
     int d = -1, t = range_type(p, n, &d);
     pthread_mutex_unlock(&g_mu);
-    if (type)
-        *type = t;
-    if (dev)
-        *dev = d;
+    if (type) *type = t;
+    if (dev) *dev = d;
     return t < 0 ? cudaErrorInvalidValue : cudaSuccess;
 }
 
-EMU_EXPORT int uniccl_emu__device(void) { return t_dev; }
+EMU_EXPORT int uniccl_emu__device(void) {
+    return t_dev;
+}
 
 /* --------------------------------------------------------- streams, events */
 enum { OP_COPY, OP_SET, OP_HOST, OP_RECORD, OP_WAIT };
@@ -382,39 +355,33 @@ static stream_t *g_streams; /* live streams, legacy ones included */
 static stream_t *g_legacy[MAX_DEV];
 static event_t *g_events;
 
-static double now_s(void)
-{
+static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void stream_put(stream_t *s)
-{
+static void stream_put(stream_t *s) {
     if (--s->refs == 0) {
         pthread_cond_destroy(&s->cv);
         free(s);
     }
 }
 
-static void event_put(event_t *e)
-{
+static void event_put(event_t *e) {
     if (--e->refs == 0) {
-        if (e->s)
-            stream_put(e->s);
+        if (e->s) stream_put(e->s);
         free(e);
     }
 }
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     stream_t *s = arg;
     pthread_mutex_lock(&g_mu);
     for (;;) {
         while (!s->head && !s->dying)
             pthread_cond_wait(&s->cv, &g_mu);
-        if (!s->head)
-            break;
+        if (!s->head) break;
         op_t *op = s->head;
         switch (op->type) {
         case OP_WAIT:
@@ -438,13 +405,10 @@ static void *worker(void *arg)
             pthread_mutex_lock(&g_mu);
         }
         s->head = op->next;
-        if (!s->head)
-            s->tail = NULL;
+        if (!s->head) s->tail = NULL;
         s->completed = op->seq;
-        if (op->ws)
-            stream_put(op->ws);
-        if (op->ev)
-            event_put(op->ev);
+        if (op->ws) stream_put(op->ws);
+        if (op->ev) event_put(op->ev);
         free(op);
         pthread_cond_broadcast(&g_done);
     }
@@ -453,11 +417,9 @@ static void *worker(void *arg)
 }
 
 /* Caller holds g_mu. */
-static cudaError_t stream_new(int dev, unsigned flags, int legacy, stream_t **out)
-{
+static cudaError_t stream_new(int dev, unsigned flags, int legacy, stream_t **out) {
     stream_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return cudaErrorMemoryAllocation;
+    if (!s) return cudaErrorMemoryAllocation;
     s->magic = STREAM_MAGIC;
     s->dev = dev;
     s->flags = flags;
@@ -477,14 +439,12 @@ static cudaError_t stream_new(int dev, unsigned flags, int legacy, stream_t **ou
 
 /* Resolve a handle: NULL, cudaStreamLegacy (1) and cudaStreamPerThread (2) all
  * mean the legacy default stream of the current device.  Caller holds g_mu. */
-static cudaError_t get_stream(void *h, stream_t **out)
-{
+static cudaError_t get_stream(void *h, stream_t **out) {
     if (h == NULL || h == (void *)1 || h == (void *)2) {
         int d = t_dev;
         if (!g_legacy[d]) {
             cudaError_t rc = stream_new(d, 0, 1, &g_legacy[d]);
-            if (rc)
-                return rc;
+            if (rc) return rc;
         }
         *out = g_legacy[d];
         return cudaSuccess;
@@ -497,8 +457,7 @@ static cudaError_t get_stream(void *h, stream_t **out)
     return cudaErrorInvalidResourceHandle;
 }
 
-static cudaError_t get_event(void *h, event_t **out)
-{
+static cudaError_t get_event(void *h, event_t **out) {
     for (event_t *e = g_events; e; e = e->next)
         if (e == h && e->magic == EVENT_MAGIC) {
             *out = e;
@@ -507,8 +466,7 @@ static cudaError_t get_event(void *h, event_t **out)
     return cudaErrorInvalidResourceHandle;
 }
 
-static void push(stream_t *s, op_t *op)
-{
+static void push(stream_t *s, op_t *op) {
     op->seq = ++s->submitted;
     if (s->tail)
         s->tail->next = op;
@@ -518,11 +476,9 @@ static void push(stream_t *s, op_t *op)
     pthread_cond_signal(&s->cv);
 }
 
-static void push_wait(stream_t *s, stream_t *on, uint64_t seq)
-{
+static void push_wait(stream_t *s, stream_t *on, uint64_t seq) {
     op_t *w = calloc(1, sizeof *w);
-    if (!w)
-        abort(); /* tiny allocation; nothing sensible to return mid-enqueue */
+    if (!w) abort(); /* tiny allocation; nothing sensible to return mid-enqueue */
     w->type = OP_WAIT;
     w->ws = on;
     w->wseq = seq;
@@ -532,8 +488,7 @@ static void push_wait(stream_t *s, stream_t *on, uint64_t seq)
 
 /* Legacy default stream semantics: it waits for prior work of all blocking
  * streams of its device, and blocking streams wait for prior legacy work. */
-static void enqueue(stream_t *s, op_t *op)
-{
+static void enqueue(stream_t *s, op_t *op) {
     if (s->legacy) {
         for (stream_t *t = g_streams; t; t = t->next)
             if (t != s && !t->legacy && t->dev == s->dev && !(t->flags & cudaStreamNonBlocking) &&
@@ -541,21 +496,18 @@ static void enqueue(stream_t *s, op_t *op)
                 push_wait(s, t, t->submitted);
     } else if (!(s->flags & cudaStreamNonBlocking)) {
         stream_t *l = g_legacy[s->dev];
-        if (l && l->completed < l->submitted)
-            push_wait(s, l, l->submitted);
+        if (l && l->completed < l->submitted) push_wait(s, l, l->submitted);
     }
     push(s, op);
 }
 
-static void wait_seq(stream_t *s, uint64_t seq)
-{
+static void wait_seq(stream_t *s, uint64_t seq) {
     while (s->completed < seq)
         pthread_cond_wait(&g_done, &g_mu);
 }
 
 /* Wait for everything submitted so far on all streams (of dev, or all if -1). */
-static void sync_all(int dev)
-{
+static void sync_all(int dev) {
     for (;;) {
         stream_t *busy = NULL;
         for (stream_t *s = g_streams; s; s = s->next)
@@ -563,8 +515,7 @@ static void sync_all(int dev)
                 busy = s;
                 break;
             }
-        if (!busy)
-            return;
+        if (!busy) return;
         busy->refs++;
         wait_seq(busy, busy->submitted);
         stream_put(busy);
@@ -572,57 +523,46 @@ static void sync_all(int dev)
 }
 
 /* ------------------------------------------------------------------ device */
-EMU_EXPORT cudaError_t cudaGetDeviceCount(int *count)
-{
+EMU_EXPORT cudaError_t cudaGetDeviceCount(int *count) {
     ENTER("cudaGetDeviceCount");
-    if (!count)
-        return set_err(cudaErrorInvalidValue);
+    if (!count) return set_err(cudaErrorInvalidValue);
     *count = 0;
     DEV_OK();
     *count = g_ndev;
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaSetDevice(int dev)
-{
+EMU_EXPORT cudaError_t cudaSetDevice(int dev) {
     ENTER("cudaSetDevice");
     DEV_OK();
-    if (dev < 0 || dev >= g_ndev)
-        return set_err(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= g_ndev) return set_err(cudaErrorInvalidDevice);
     t_dev = dev;
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaGetDevice(int *dev)
-{
+EMU_EXPORT cudaError_t cudaGetDevice(int *dev) {
     ENTER("cudaGetDevice");
-    if (!dev)
-        return set_err(cudaErrorInvalidValue);
+    if (!dev) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     *dev = t_dev;
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
-{
+EMU_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) {
     ENTER("cudaRuntimeGetVersion");
-    if (!v)
-        return set_err(cudaErrorInvalidValue);
+    if (!v) return set_err(cudaErrorInvalidValue);
     *v = EMU_RUNTIME_VERSION;
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaDriverGetVersion(int *v)
-{
+EMU_EXPORT cudaError_t cudaDriverGetVersion(int *v) {
     ENTER("cudaDriverGetVersion");
-    if (!v)
-        return set_err(cudaErrorInvalidValue);
+    if (!v) return set_err(cudaErrorInvalidValue);
     *v = g_driver;
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaDeviceSynchronize(void)
-{
+EMU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
     ENTER("cudaDeviceSynchronize");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
@@ -631,16 +571,14 @@ EMU_EXPORT cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaGetLastError(void)
-{
+EMU_EXPORT cudaError_t cudaGetLastError(void) {
     ENTER("cudaGetLastError");
     cudaError_t e = t_err;
     t_err = cudaSuccess;
     return e;
 }
 
-EMU_EXPORT cudaError_t cudaPeekAtLastError(void)
-{
+EMU_EXPORT cudaError_t cudaPeekAtLastError(void) {
     ENTER("cudaPeekAtLastError");
     return t_err;
 }
@@ -653,8 +591,7 @@ static const struct {
     {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
-    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
-     "invalid copy direction for memcpy"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
     {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
      "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
@@ -671,15 +608,13 @@ static const struct {
 #ifdef EMU_RT_PREFIX
 static char g_err_names[N_ERRORS][64]; /* k_errors' names with the vendor's prefix */
 
-static void vendor_error_names(void)
-{
+static void vendor_error_names(void) {
     for (size_t i = 0; i < N_ERRORS; i++)
         vendor_name(k_errors[i].name, g_err_names[i], sizeof g_err_names[i]); /* all start with "cuda" */
 }
 #endif
 
-EMU_EXPORT const char *cudaGetErrorName(cudaError_t e)
-{
+EMU_EXPORT const char *cudaGetErrorName(cudaError_t e) {
     uniccl_emu__enter("cudaGetErrorName");
     for (size_t i = 0; i < N_ERRORS; i++)
         if (k_errors[i].code == e)
@@ -691,20 +626,16 @@ EMU_EXPORT const char *cudaGetErrorName(cudaError_t e)
     return "unrecognized error code";
 }
 
-EMU_EXPORT const char *cudaGetErrorString(cudaError_t e)
-{
+EMU_EXPORT const char *cudaGetErrorString(cudaError_t e) {
     uniccl_emu__enter("cudaGetErrorString");
     for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
-        if (k_errors[i].code == e)
-            return k_errors[i].text;
+        if (k_errors[i].code == e) return k_errors[i].text;
     return "unrecognized error code";
 }
 
-EMU_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
-{
+EMU_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     ENTER("cudaMemGetInfo");
-    if (!free_b || !total)
-        return set_err(cudaErrorInvalidValue);
+    if (!free_b || !total) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     *free_b = g_devmem - g_used[t_dev];
@@ -714,80 +645,68 @@ EMU_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 }
 
 /* cudaDeviceAttr values from driver_types.h. */
-EMU_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, int attr, int dev)
-{
+EMU_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, int attr, int dev) {
     ENTER("cudaDeviceGetAttribute");
-    if (!value)
-        return set_err(cudaErrorInvalidValue);
+    if (!value) return set_err(cudaErrorInvalidValue);
     DEV_OK();
-    if (dev < 0 || dev >= g_ndev)
-        return set_err(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= g_ndev) return set_err(cudaErrorInvalidDevice);
     switch (attr) {
-    case 1: *value = 1024; break;             /* MaxThreadsPerBlock */
-    case 10: *value = 32; break;              /* WarpSize */
-    case 16: *value = 8; break;               /* MultiProcessorCount */
-    case 18: *value = 0; break;               /* Integrated */
-    case 19: *value = 1; break;               /* CanMapHostMemory */
-    case 33: *value = dev + 1; break;         /* PciBusId */
-    case 34: *value = 0; break;               /* PciDeviceId */
-    case 41: *value = 1; break;               /* UnifiedAddressing */
-    case 50: *value = 0; break;               /* PciDomainId */
-    case 75: *value = EMU_CC_MAJOR; break;    /* ComputeCapabilityMajor */
-    case 76: *value = EMU_CC_MINOR; break;    /* ComputeCapabilityMinor */
+    case 1: *value = 1024; break;          /* MaxThreadsPerBlock */
+    case 10: *value = 32; break;           /* WarpSize */
+    case 16: *value = 8; break;            /* MultiProcessorCount */
+    case 18: *value = 0; break;            /* Integrated */
+    case 19: *value = 1; break;            /* CanMapHostMemory */
+    case 33: *value = dev + 1; break;      /* PciBusId */
+    case 34: *value = 0; break;            /* PciDeviceId */
+    case 41: *value = 1; break;            /* UnifiedAddressing */
+    case 50: *value = 0; break;            /* PciDomainId */
+    case 75: *value = EMU_CC_MAJOR; break; /* ComputeCapabilityMajor */
+    case 76: *value = EMU_CC_MINOR; break; /* ComputeCapabilityMinor */
     default: return set_err(cudaErrorInvalidValue);
     }
     return cudaSuccess;
 }
 
 /* cudaDeviceProp offsets of the CUDA 12 (and 10.2) layout. */
-static cudaError_t fill_props(void *prop, int dev)
-{
-    if (!prop)
-        return set_err(cudaErrorInvalidValue);
+static cudaError_t fill_props(void *prop, int dev) {
+    if (!prop) return set_err(cudaErrorInvalidValue);
     DEV_OK();
-    if (dev < 0 || dev >= g_ndev)
-        return set_err(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= g_ndev) return set_err(cudaErrorInvalidDevice);
     char *p = prop;
     memset(p, 0, 1032); /* sizeof(cudaDeviceProp) in CUDA 12.4 is 1008 */
     snprintf(p, 256, "%s %d", EMU_DEVICE_NAME, dev);
-    memcpy(p + 288, &g_devmem, sizeof g_devmem);              /* totalGlobalMem */
+    memcpy(p + 288, &g_devmem, sizeof g_devmem); /* totalGlobalMem */
     int warp = 32, threads = 1024, sms = 8;
     int major = EMU_CC_MAJOR, minor = EMU_CC_MINOR;
-    memcpy(p + 308, &warp, sizeof warp);                        /* warpSize */
-    memcpy(p + 320, &threads, sizeof threads);                  /* maxThreadsPerBlock */
-    memcpy(p + 360, &major, sizeof major);                      /* major */
-    memcpy(p + 364, &minor, sizeof minor);                      /* minor */
-    memcpy(p + 388, &sms, sizeof sms);                          /* multiProcessorCount */
+    memcpy(p + 308, &warp, sizeof warp);       /* warpSize */
+    memcpy(p + 320, &threads, sizeof threads); /* maxThreadsPerBlock */
+    memcpy(p + 360, &major, sizeof major);     /* major */
+    memcpy(p + 364, &minor, sizeof minor);     /* minor */
+    memcpy(p + 388, &sms, sizeof sms);         /* multiProcessorCount */
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaGetDeviceProperties(void *prop, int dev)
-{
+EMU_EXPORT cudaError_t cudaGetDeviceProperties(void *prop, int dev) {
     ENTER("cudaGetDeviceProperties");
     return fill_props(prop, dev);
 }
 
 #if !defined(EMU_COREX) && !defined(EMU_NO_PROPS_V2) /* the _v2 entry point appeared with CUDA 12.0 */
-EMU_EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev)
-{
+EMU_EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev) {
     ENTER("cudaGetDeviceProperties_v2");
     return fill_props(prop, dev);
 }
 #endif
 
 /* ------------------------------------------------------------------ memory */
-EMU_EXPORT cudaError_t cudaMalloc(void **ptr, size_t n)
-{
+EMU_EXPORT cudaError_t cudaMalloc(void **ptr, size_t n) {
     ENTER("cudaMalloc");
-    if (!ptr)
-        return set_err(cudaErrorInvalidValue);
+    if (!ptr) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     *ptr = NULL;
-    if (n == 0)
-        return cudaSuccess;
+    if (n == 0) return cudaSuccess;
     size_t rounded = (n + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
-    if (rounded < n)
-        return set_err(cudaErrorMemoryAllocation);
+    if (rounded < n) return set_err(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&g_mu);
     int d = t_dev;
     cudaError_t rc = cudaSuccess;
@@ -805,17 +724,15 @@ EMU_EXPORT cudaError_t cudaMalloc(void **ptr, size_t n)
     return set_err(rc);
 }
 
-static cudaError_t free_typed(void *p, int type)
-{
-    if (!p)
-        return cudaSuccess;
+static cudaError_t free_typed(void *p, int type) {
+    if (!p) return cudaSuccess;
     pthread_mutex_lock(&g_mu);
     long i = alloc_find((uintptr_t)p);
     if (i < 0 || g_allocs[i].base != (uintptr_t)p || g_allocs[i].type != type) {
         pthread_mutex_unlock(&g_mu);
         return set_err(cudaErrorInvalidValue);
     }
-    sync_all(-1); /* no queued copy may touch freed memory */
+    sync_all(-1);                 /* no queued copy may touch freed memory */
     i = alloc_find((uintptr_t)p); /* the table may have changed while waiting */
     if (i < 0 || g_allocs[i].base != (uintptr_t)p) {
         pthread_mutex_unlock(&g_mu);
@@ -829,24 +746,19 @@ static cudaError_t free_typed(void *p, int type)
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaFree(void *p)
-{
+EMU_EXPORT cudaError_t cudaFree(void *p) {
     ENTER("cudaFree");
     DEV_OK();
     return free_typed(p, MEM_DEVICE);
 }
 
-static cudaError_t host_alloc(void **ptr, size_t n)
-{
-    if (!ptr)
-        return set_err(cudaErrorInvalidValue);
+static cudaError_t host_alloc(void **ptr, size_t n) {
+    if (!ptr) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     *ptr = NULL;
-    if (n == 0)
-        return cudaSuccess;
+    if (n == 0) return cudaSuccess;
     void *p = NULL;
-    if (posix_memalign(&p, 4096, n) != 0)
-        return set_err(cudaErrorMemoryAllocation);
+    if (posix_memalign(&p, 4096, n) != 0) return set_err(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&g_mu);
     int rc = alloc_insert((uintptr_t)p, n, t_dev, MEM_HOST);
     pthread_mutex_unlock(&g_mu);
@@ -858,22 +770,18 @@ static cudaError_t host_alloc(void **ptr, size_t n)
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t n)
-{
+EMU_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t n) {
     ENTER("cudaMallocHost");
     return host_alloc(ptr, n);
 }
 
-EMU_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t n, unsigned flags)
-{
+EMU_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t n, unsigned flags) {
     ENTER("cudaHostAlloc");
-    if (flags & ~0xfu)
-        return set_err(cudaErrorInvalidValue);
+    if (flags & ~0xfu) return set_err(cudaErrorInvalidValue);
     return host_alloc(ptr, n);
 }
 
-EMU_EXPORT cudaError_t cudaFreeHost(void *p)
-{
+EMU_EXPORT cudaError_t cudaFreeHost(void *p) {
     ENTER("cudaFreeHost");
     DEV_OK();
     return free_typed(p, MEM_HOST);
@@ -886,11 +794,9 @@ struct cudaPointerAttributes { /* CUDA >= 11 layout */
     void *hostPointer;
 };
 
-EMU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
-{
+EMU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
     ENTER("cudaPointerGetAttributes");
-    if (!a || !p)
-        return set_err(cudaErrorInvalidValue);
+    if (!a || !p) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     long i = alloc_find((uintptr_t)p);
@@ -908,28 +814,21 @@ EMU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
 
 /* ------------------------------------------------------------------- copies */
 /* Validate a copy against the allocation table.  Caller holds g_mu. */
-static cudaError_t check_copy(void *dst, const void *src, size_t n, int kind)
-{
-    if (kind < 0 || kind > 4)
-        return cudaErrorInvalidMemcpyDirection;
-    if (n == 0)
-        return cudaSuccess;
-    if (!dst || !src)
-        return cudaErrorInvalidValue;
+static cudaError_t check_copy(void *dst, const void *src, size_t n, int kind) {
+    if (kind < 0 || kind > 4) return cudaErrorInvalidMemcpyDirection;
+    if (n == 0) return cudaSuccess;
+    if (!dst || !src) return cudaErrorInvalidValue;
     int td = range_type(dst, n, NULL), ts = range_type(src, n, NULL);
-    if (td < 0 || ts < 0)
-        return cudaErrorInvalidValue;
+    if (td < 0 || ts < 0) return cudaErrorInvalidValue;
     int dd = td == MEM_DEVICE, sd = ts == MEM_DEVICE;
     static const int want[4][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}}; /* {dst, src} on device */
-    if (kind != 4 && (want[kind][0] != dd || want[kind][1] != sd))
-        return cudaErrorInvalidValue;
+    if (kind != 4 && (want[kind][0] != dd || want[kind][1] != sd)) return cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
 /* Enqueue a copy/memset op; with sync, wait for it on the legacy stream. */
-static cudaError_t submit(int type, void *dst, const void *src, size_t n, int val, int kind,
-                          void *stream, int sync)
-{
+static cudaError_t submit(int type, void *dst, const void *src, size_t n, int val, int kind, void *stream,
+                          int sync) {
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     cudaError_t rc;
@@ -940,8 +839,7 @@ static cudaError_t submit(int type, void *dst, const void *src, size_t n, int va
         rc = t == MEM_DEVICE || t == MEM_HOST ? cudaSuccess : cudaErrorInvalidValue;
     }
     stream_t *s = NULL;
-    if (rc == cudaSuccess)
-        rc = get_stream(stream, &s);
+    if (rc == cudaSuccess) rc = get_stream(stream, &s);
     if (rc == cudaSuccess && n > 0) {
         op_t *op = calloc(1, sizeof *op);
         if (!op)
@@ -953,8 +851,7 @@ static cudaError_t submit(int type, void *dst, const void *src, size_t n, int va
             op->n = n;
             op->val = val;
             enqueue(s, op);
-            if (sync)
-                wait_seq(s, s->submitted);
+            if (sync) wait_seq(s, s->submitted);
         }
     } else if (rc == cudaSuccess && sync) {
         wait_seq(s, s->submitted);
@@ -963,70 +860,58 @@ static cudaError_t submit(int type, void *dst, const void *src, size_t n, int va
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
-{
+EMU_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
     ENTER("cudaMemcpy");
     return submit(OP_COPY, dst, src, n, 0, kind, NULL, 1);
 }
 
-EMU_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
-                                       void *stream)
-{
+EMU_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream) {
     ENTER("cudaMemcpyAsync");
     return submit(OP_COPY, dst, src, n, 0, kind, stream, 0);
 }
 
-EMU_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t n)
-{
+EMU_EXPORT cudaError_t cudaMemset(void *dst, int value, size_t n) {
     ENTER("cudaMemset");
     return submit(OP_SET, dst, NULL, n, value, 0, NULL, 1);
 }
 
-EMU_EXPORT cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, void *stream)
-{
+EMU_EXPORT cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, void *stream) {
     ENTER("cudaMemsetAsync");
     return submit(OP_SET, dst, NULL, n, value, 0, stream, 0);
 }
 
 /* ------------------------------------------------------------------ streams */
-EMU_EXPORT cudaError_t cudaStreamCreateWithFlags(void **out, unsigned flags)
-{
+EMU_EXPORT cudaError_t cudaStreamCreateWithFlags(void **out, unsigned flags) {
     ENTER("cudaStreamCreateWithFlags");
-    if (!out || (flags & ~cudaStreamNonBlocking))
-        return set_err(cudaErrorInvalidValue);
+    if (!out || (flags & ~cudaStreamNonBlocking)) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     cudaError_t rc = stream_new(t_dev, flags, 0, &s);
     pthread_mutex_unlock(&g_mu);
-    if (rc == cudaSuccess)
-        *out = s;
+    if (rc == cudaSuccess) *out = s;
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaStreamCreate(void **out)
-{
+EMU_EXPORT cudaError_t cudaStreamCreate(void **out) {
     ENTER("cudaStreamCreate");
-    if (!out)
-        return set_err(cudaErrorInvalidValue);
+    if (!out) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     cudaError_t rc = stream_new(t_dev, 0, 0, &s);
     pthread_mutex_unlock(&g_mu);
-    if (rc == cudaSuccess)
-        *out = s;
+    if (rc == cudaSuccess) *out = s;
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaStreamDestroy(void *h)
-{
+EMU_EXPORT cudaError_t cudaStreamDestroy(void *h) {
     ENTER("cudaStreamDestroy");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
-    cudaError_t rc = h && h != (void *)1 && h != (void *)2 ? get_stream(h, &s)
-                                                           : cudaErrorInvalidResourceHandle;
+    cudaError_t rc =
+        h && h != (void *)1 && h != (void *)2 ? get_stream(h, &s) : cudaErrorInvalidResourceHandle;
     if (rc) {
         pthread_mutex_unlock(&g_mu);
         return set_err(rc);
@@ -1047,48 +932,41 @@ EMU_EXPORT cudaError_t cudaStreamDestroy(void *h)
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaStreamSynchronize(void *h)
-{
+EMU_EXPORT cudaError_t cudaStreamSynchronize(void *h) {
     ENTER("cudaStreamSynchronize");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     cudaError_t rc = get_stream(h, &s);
-    if (rc == cudaSuccess)
-        wait_seq(s, s->submitted);
+    if (rc == cudaSuccess) wait_seq(s, s->submitted);
     pthread_mutex_unlock(&g_mu);
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaStreamQuery(void *h)
-{
+EMU_EXPORT cudaError_t cudaStreamQuery(void *h) {
     ENTER("cudaStreamQuery");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     cudaError_t rc = get_stream(h, &s);
-    if (rc == cudaSuccess && s->completed < s->submitted)
-        rc = cudaErrorNotReady;
+    if (rc == cudaSuccess && s->completed < s->submitted) rc = cudaErrorNotReady;
     pthread_mutex_unlock(&g_mu);
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaStreamWaitEvent(void *h, void *ev, unsigned flags)
-{
+EMU_EXPORT cudaError_t cudaStreamWaitEvent(void *h, void *ev, unsigned flags) {
     ENTER("cudaStreamWaitEvent");
 #ifdef EMU_COREX
     (void)h, (void)ev, (void)flags;
     return set_err(cudaErrorNotSupported); /* unimplemented in (some) CoreX SDKs */
 #else
     DEV_OK();
-    if (flags & ~1u)
-        return set_err(cudaErrorInvalidValue);
+    if (flags & ~1u) return set_err(cudaErrorInvalidValue);
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     event_t *e = NULL;
     cudaError_t rc = get_stream(h, &s);
-    if (rc == cudaSuccess)
-        rc = get_event(ev, &e);
+    if (rc == cudaSuccess) rc = get_event(ev, &e);
     if (rc == cudaSuccess && e->s && e->s->completed < e->seq) {
         op_t *op = calloc(1, sizeof *op);
         if (!op)
@@ -1106,13 +984,10 @@ EMU_EXPORT cudaError_t cudaStreamWaitEvent(void *h, void *ev, unsigned flags)
 #endif
 }
 
-static cudaError_t launch_host(void *h, void (*fn)(void *), void *arg)
-{
-    if (!fn)
-        return cudaErrorInvalidValue;
+static cudaError_t launch_host(void *h, void (*fn)(void *), void *arg) {
+    if (!fn) return cudaErrorInvalidValue;
     cudaError_t rc = dev_ok();
-    if (rc)
-        return rc;
+    if (rc) return rc;
     pthread_mutex_lock(&g_mu);
     stream_t *s = NULL;
     rc = get_stream(h, &s);
@@ -1131,28 +1006,23 @@ static cudaError_t launch_host(void *h, void (*fn)(void *), void *arg)
     return rc;
 }
 
-EMU_EXPORT cudaError_t cudaLaunchHostFunc(void *h, void (*fn)(void *), void *arg)
-{
+EMU_EXPORT cudaError_t cudaLaunchHostFunc(void *h, void (*fn)(void *), void *arg) {
     ENTER("cudaLaunchHostFunc");
     return set_err(launch_host(h, fn, arg));
 }
 
 /* Private: libnccl enqueues its work without touching the public counters. */
-EMU_EXPORT int uniccl_emu__launch(void *h, void (*fn)(void *), void *arg)
-{
+EMU_EXPORT int uniccl_emu__launch(void *h, void (*fn)(void *), void *arg) {
     return launch_host(h, fn, arg);
 }
 
 /* ------------------------------------------------------------------- events */
 /* Both creators: each counts and fails under its own name (ENTER), then shares this. */
-static cudaError_t event_create(void **out, unsigned flags)
-{
-    if (!out || (flags & ~0xfu))
-        return set_err(cudaErrorInvalidValue);
+static cudaError_t event_create(void **out, unsigned flags) {
+    if (!out || (flags & ~0xfu)) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     event_t *e = calloc(1, sizeof *e);
-    if (!e)
-        return set_err(cudaErrorMemoryAllocation);
+    if (!e) return set_err(cudaErrorMemoryAllocation);
     e->magic = EVENT_MAGIC;
     e->flags = flags;
     e->refs = 1;
@@ -1164,20 +1034,17 @@ static cudaError_t event_create(void **out, unsigned flags)
     return cudaSuccess;
 }
 
-EMU_EXPORT cudaError_t cudaEventCreateWithFlags(void **out, unsigned flags)
-{
+EMU_EXPORT cudaError_t cudaEventCreateWithFlags(void **out, unsigned flags) {
     ENTER("cudaEventCreateWithFlags");
     return event_create(out, flags);
 }
 
-EMU_EXPORT cudaError_t cudaEventCreate(void **out)
-{
+EMU_EXPORT cudaError_t cudaEventCreate(void **out) {
     ENTER("cudaEventCreate");
     return event_create(out, 0);
 }
 
-EMU_EXPORT cudaError_t cudaEventDestroy(void *h)
-{
+EMU_EXPORT cudaError_t cudaEventDestroy(void *h) {
     ENTER("cudaEventDestroy");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
@@ -1196,24 +1063,20 @@ EMU_EXPORT cudaError_t cudaEventDestroy(void *h)
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaEventRecord(void *h, void *stream)
-{
+EMU_EXPORT cudaError_t cudaEventRecord(void *h, void *stream) {
     ENTER("cudaEventRecord");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     event_t *e = NULL;
     stream_t *s = NULL;
     cudaError_t rc = get_event(h, &e);
-    if (rc == cudaSuccess)
-        rc = get_stream(stream, &s);
+    if (rc == cudaSuccess) rc = get_stream(stream, &s);
     op_t *op = rc == cudaSuccess ? calloc(1, sizeof *op) : NULL;
-    if (rc == cudaSuccess && !op)
-        rc = cudaErrorMemoryAllocation;
+    if (rc == cudaSuccess && !op) rc = cudaErrorMemoryAllocation;
     if (rc == cudaSuccess) {
         if (e->s != s) {
             s->refs++;
-            if (e->s)
-                stream_put(e->s);
+            if (e->s) stream_put(e->s);
             e->s = s;
         }
         e->gen++;
@@ -1229,47 +1092,40 @@ EMU_EXPORT cudaError_t cudaEventRecord(void *h, void *stream)
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaEventQuery(void *h)
-{
+EMU_EXPORT cudaError_t cudaEventQuery(void *h) {
     ENTER("cudaEventQuery");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     event_t *e = NULL;
     cudaError_t rc = get_event(h, &e);
-    if (rc == cudaSuccess && e->s && e->s->completed < e->seq)
-        rc = cudaErrorNotReady;
+    if (rc == cudaSuccess && e->s && e->s->completed < e->seq) rc = cudaErrorNotReady;
     pthread_mutex_unlock(&g_mu);
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaEventSynchronize(void *h)
-{
+EMU_EXPORT cudaError_t cudaEventSynchronize(void *h) {
     ENTER("cudaEventSynchronize");
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     event_t *e = NULL;
     cudaError_t rc = get_event(h, &e);
-    if (rc == cudaSuccess && e->s)
-        wait_seq(e->s, e->seq);
+    if (rc == cudaSuccess && e->s) wait_seq(e->s, e->seq);
     pthread_mutex_unlock(&g_mu);
     return set_err(rc);
 }
 
-EMU_EXPORT cudaError_t cudaEventElapsedTime(float *ms, void *start, void *end)
-{
+EMU_EXPORT cudaError_t cudaEventElapsedTime(float *ms, void *start, void *end) {
     ENTER("cudaEventElapsedTime");
-    if (!ms)
-        return set_err(cudaErrorInvalidValue);
+    if (!ms) return set_err(cudaErrorInvalidValue);
     DEV_OK();
     pthread_mutex_lock(&g_mu);
     event_t *a = NULL, *b = NULL;
     cudaError_t rc = get_event(start, &a);
-    if (rc == cudaSuccess)
-        rc = get_event(end, &b);
+    if (rc == cudaSuccess) rc = get_event(end, &b);
     if (rc == cudaSuccess && ((a->flags | b->flags) & cudaEventDisableTiming || !a->s || !b->s))
         rc = cudaErrorInvalidResourceHandle;
-    else if (rc == cudaSuccess && (a->s->completed < a->seq || b->s->completed < b->seq ||
-                                   !a->t_valid || !b->t_valid))
+    else if (rc == cudaSuccess &&
+             (a->s->completed < a->seq || b->s->completed < b->seq || !a->t_valid || !b->t_valid))
         rc = cudaErrorNotReady;
     else if (rc == cudaSuccess)
         *ms = (float)((b->t - a->t) * 1e3);
@@ -1278,16 +1134,17 @@ EMU_EXPORT cudaError_t cudaEventElapsedTime(float *ms, void *start, void *end)
 }
 
 /* ------------------------------------------------------------------- setup */
-static size_t parse_size(const char *s, size_t dflt)
-{
-    if (!s || !*s)
-        return dflt;
+static size_t parse_size(const char *s, size_t dflt) {
+    if (!s || !*s) return dflt;
     char *end;
     unsigned long long v = strtoull(s, &end, 0);
     switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
+    case 'k':
+    case 'K': v <<= 10; break;
+    case 'm':
+    case 'M': v <<= 20; break;
+    case 'g':
+    case 'G': v <<= 30; break;
     default: break;
     }
     return (size_t)v;
@@ -1295,20 +1152,17 @@ static size_t parse_size(const char *s, size_t dflt)
 
 /* A forked child has no stream threads: forget the streams (CUDA forbids
  * using a context across fork; this only keeps the child from deadlocking). */
-static void fork_prepare(void)
-{
+static void fork_prepare(void) {
     pthread_mutex_lock(&g_inj_mu);
     pthread_mutex_lock(&g_mu);
 }
 
-static void fork_parent(void)
-{
+static void fork_parent(void) {
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_inj_mu);
 }
 
-static void fork_child(void)
-{
+static void fork_child(void) {
     g_streams = NULL;
     memset(g_legacy, 0, sizeof g_legacy);
     for (event_t *e = g_events; e; e = e->next)
@@ -1318,8 +1172,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&g_inj_mu);
 }
 
-__attribute__((constructor)) static void emu_init(void)
-{
+__attribute__((constructor)) static void emu_init(void) {
     const char *v = getenv("UNICCL_EMU_DEVICES");
     if (v && *v) {
         long n = strtol(v, NULL, 0);
@@ -1327,13 +1180,11 @@ __attribute__((constructor)) static void emu_init(void)
     }
     g_devmem = parse_size(getenv("UNICCL_EMU_DEVICE_MEMORY"), g_devmem);
     v = getenv("UNICCL_EMU_DRIVER_VERSION");
-    if (v && *v)
-        g_driver = (int)strtol(v, NULL, 0);
+    if (v && *v) g_driver = (int)strtol(v, NULL, 0);
 #ifdef EMU_RT_PREFIX
     vendor_error_names();
 #endif
     v = getenv("UNICCL_EMU_FAIL");
-    if (v && *v)
-        parse_fail_env(v);
+    if (v && *v) parse_fail_env(v);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

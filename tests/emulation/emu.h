@@ -18,7 +18,7 @@ EMU_EXPORT int uniccl_emu_fail(const char *call, int status, int after, int time
 EMU_EXPORT int uniccl_emu_calls(const char *call);
 
 /* Private entry points of libcudart used by libnccl. */
-typedef int (*emu_enter_fn)(const char *call);          /* count; 0 or injected status */
+typedef int (*emu_enter_fn)(const char *call); /* count; 0 or injected status */
 typedef int (*emu_launch_fn)(void *stream, void (*fn)(void *), void *arg);
 typedef int (*emu_ptr_fn)(const void *p, size_t n, int *type, int *dev);
 typedef int (*emu_device_fn)(void);

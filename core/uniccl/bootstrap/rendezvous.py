@@ -9,6 +9,7 @@ communicator with ``MPI_Comm_create_group`` over just those world ranks;
 otherwise (``uniccl run``'s own launchers, or processes started any other way)
 they connect a TCP mesh among themselves (:mod:`uniccl._tcp`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,8 @@ class UniqueId:
     def from_bytes(cls, raw: bytes) -> UniqueId:
         try:
             port, hlen = struct.unpack_from("!HH", raw)
-            host = raw[4:4 + hlen].decode()
-            secret = raw[4 + hlen:4 + hlen + 32]
+            host = raw[4 : 4 + hlen].decode()
+            secret = raw[4 + hlen : 4 + hlen + 32]
         except (struct.error, UnicodeDecodeError) as exc:
             raise InvalidArgument(f"not a uniccl unique id: {exc}", op="init", argument="uid") from None
         if len(raw) != UID_BYTES or len(secret) != 32:
@@ -125,8 +126,7 @@ def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) 
     host = host or _host_address()
     sock = socket.create_server((bind_address(host), 0), backlog=128)
     uid = UniqueId(host, sock.getsockname()[1], secrets.token_bytes(32))
-    threading.Thread(target=_Server(sock, uid.secret, timeout).serve, daemon=True,
-                     name="uniccl-rendezvous").start()
+    threading.Thread(target=_Server(sock, uid.secret, timeout).serve, daemon=True, name="uniccl-rendezvous").start()
     return uid
 
 
@@ -238,7 +238,7 @@ class _Server:
                     if length > MAX_FRAME:
                         raise ValueError(f"frame of {length} bytes")
                     if len(conn.inbuf) >= 4 + length:
-                        self._hello(conn, json.loads(conn.inbuf[4:4 + length]))
+                        self._hello(conn, json.loads(conn.inbuf[4 : 4 + length]))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             if conn.rank is not None:  # a joined rank went away: it will not get the table
                 from ..observability.log import logger
@@ -258,8 +258,11 @@ class _Server:
             self._drop(conn, {"error": "wrong unique id secret"})  # no effect on the job
             return
         rank, nranks = msg.get("rank"), msg.get("size")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, nranks)) \
-                or not 0 <= rank < nranks or "payload" not in msg:
+        if (
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, nranks))
+            or not 0 <= rank < nranks
+            or "payload" not in msg
+        ):
             self._refuse(conn, f"malformed join (rank {rank!r}, size {nranks!r})")
             return
         if self.size is not None and nranks != self.size:
@@ -303,8 +306,9 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
             sock = socket.create_connection((uid.host, uid.port), timeout=5)
         except OSError as exc:
             if time.monotonic() > deadline:
-                raise Timeout(f"cannot reach the rendezvous at {uid.host}:{uid.port}: {exc}",
-                              op="init", rank=rank) from None
+                raise Timeout(
+                    f"cannot reach the rendezvous at {uid.host}:{uid.port}: {exc}", op="init", rank=rank
+                ) from None
             time.sleep(0.05)
             continue
         with sock:
@@ -313,8 +317,11 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
                 nonce = _recv(sock)["nonce"]
             except (OSError, ValueError, KeyError):  # dropped before the handshake began: again
                 if time.monotonic() > deadline:
-                    raise Timeout(f"the rendezvous at {uid.host}:{uid.port} did not answer within "
-                                  f"{timeout:.0f} s", op="init", rank=rank) from None
+                    raise Timeout(
+                        f"the rendezvous at {uid.host}:{uid.port} did not answer within {timeout:.0f} s",
+                        op="init",
+                        rank=rank,
+                    ) from None
                 time.sleep(0.05)
                 continue
             try:
@@ -323,11 +330,13 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
                 sock.settimeout(max(1.0, deadline - time.monotonic()))
                 answer = _recv(sock)
             except TimeoutError:
-                raise Timeout(f"rendezvous at {uid.host}:{uid.port} did not complete within {timeout:.0f} s",
-                              op="init", rank=rank) from None
+                raise Timeout(
+                    f"rendezvous at {uid.host}:{uid.port} did not complete within {timeout:.0f} s", op="init", rank=rank
+                ) from None
             except (OSError, ValueError) as exc:
-                raise InvalidUsage(f"the rendezvous at {uid.host}:{uid.port} closed the connection: {exc}",
-                                   op="init", rank=rank) from None
+                raise InvalidUsage(
+                    f"the rendezvous at {uid.host}:{uid.port} closed the connection: {exc}", op="init", rank=rank
+                ) from None
         break
     if "error" in answer:
         raise InvalidUsage(f"rendezvous failed: {answer['error']}", op="init", rank=rank)
@@ -340,5 +349,3 @@ def init_wait(timeout: float | None) -> float:
     if timeout is None:
         return DEFAULT_TIMEOUT
     return 1e9 if timeout == 0 else timeout
-
-

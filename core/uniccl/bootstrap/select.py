@@ -1,5 +1,6 @@
 """Which bootstrap a process uses: MPI inside an MPI job, TCP under ``uniccl run``'s own
 launchers, torchrun and plain processes.  Reads the environment only (a leaf)."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ def under_mpi_launcher() -> bool:
 def _forced_bootstrap() -> str | None:
     forced = os.environ.get("UNICCL_BOOTSTRAP", "").strip().lower()
     if forced and forced not in ("mpi", "tcp"):
-        raise InvalidArgument(f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init",
-                              argument="UNICCL_BOOTSTRAP")
+        raise InvalidArgument(
+            f"UNICCL_BOOTSTRAP must be 'mpi' or 'tcp', got {forced!r}", op="init", argument="UNICCL_BOOTSTRAP"
+        )
     return forced or None
 
 

@@ -9,6 +9,7 @@ Reductions combine ``op(local, received)``; every op is commutative (IEEE + and 
 included), so ranks that combine the same values in mirrored order get bitwise
 identical results.
 """
+
 from __future__ import annotations
 
 from .. import _env
@@ -24,11 +25,24 @@ def chunk_bytes() -> int:
 class OpContext:
     """What one collective call needs: transport, tag, kernel, scratch space."""
 
-    __slots__ = ("t", "rank", "size", "tag", "itemsize", "dtype", "op", "_reduce", "scratch",
-                 "chunk", "copy", "algorithm")
+    __slots__ = (
+        "t",
+        "rank",
+        "size",
+        "tag",
+        "itemsize",
+        "dtype",
+        "op",
+        "_reduce",
+        "scratch",
+        "chunk",
+        "copy",
+        "algorithm",
+    )
 
-    def __init__(self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn, algorithm="",
-                 chunk_nbytes=None):
+    def __init__(
+        self, t, rank, size, tag, itemsize, dtype, op, reduce_fn, scratch, copy_fn, algorithm="", chunk_nbytes=None
+    ):
         self.t, self.rank, self.size, self.tag, self.algorithm = t, rank, size, tag, algorithm
         self.itemsize, self.dtype, self.op = itemsize, dtype, op
         self._reduce, self.scratch, self.copy = reduce_fn, scratch, copy_fn
@@ -94,8 +108,10 @@ def all_reduce_ring(c, ptr: int, count: int) -> None:
         c.t.waitall(sreqs)
     for s in range(n - 1):
         si, ri = (r - s + 1) % n, (r - s) % n
-        reqs = [_isend(c, ptr + offs[si] * isz, lens[si] * isz, right),
-                _irecv(c, ptr + offs[ri] * isz, lens[ri] * isz, left)]
+        reqs = [
+            _isend(c, ptr + offs[si] * isz, lens[si] * isz, right),
+            _irecv(c, ptr + offs[ri] * isz, lens[ri] * isz, left),
+        ]
         c.t.waitall(reqs)
 
 
@@ -150,8 +166,7 @@ def broadcast_tree(c, ptr: int, nbytes: int, root: int) -> None:
     parent, children = _tree(vr, n)
     real = [(ch + root) % n for ch in reversed(children)]  # biggest subtree first
     parts = _chunks(nbytes, c.chunk * c.itemsize)
-    rreqs = ([_irecv(c, ptr + o, k, (parent + root) % n) for o, k in parts]
-             if parent is not None else None)
+    rreqs = [_irecv(c, ptr + o, k, (parent + root) % n) for o, k in parts] if parent is not None else None
     sreqs = []
     for i, (o, k) in enumerate(parts):
         if rreqs is not None:
@@ -170,8 +185,7 @@ def reduce_tree(c, send: int, acc: int, count: int, root: int) -> None:
     parent, children = _tree(vr, n)
     parts = _chunks(count, c.chunk)
     tmps = [c.scratch(1 + i, count * isz) for i in range(len(children))]
-    rreqs = [[_irecv(c, tmp + o * isz, k * isz, (ch + root) % n) for o, k in parts]
-             for ch, tmp in zip(children, tmps)]
+    rreqs = [[_irecv(c, tmp + o * isz, k * isz, (ch + root) % n) for o, k in parts] for ch, tmp in zip(children, tmps)]
     sreqs = []
     for i, (o, k) in enumerate(parts):
         for reqs, tmp in zip(rreqs, tmps):
@@ -189,8 +203,7 @@ def all_gather_ring(c, recv: int, block: int) -> None:
     right, left = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
         si, ri = (r - s) % n, (r - s - 1) % n
-        c.t.waitall([_isend(c, recv + si * block, block, right),
-                     _irecv(c, recv + ri * block, block, left)])
+        c.t.waitall([_isend(c, recv + si * block, block, right), _irecv(c, recv + ri * block, block, left)])
 
 
 def reduce_scatter_ring(c, send: int, recv: int, count: int, reverse: bool = False) -> None:
@@ -219,8 +232,7 @@ def all_to_all_pairwise(c, send: int, recv: int, block: int) -> None:
     n, r = c.size, c.rank
     for s in range(1, n):
         dst, src = (r + s) % n, (r - s) % n
-        c.t.waitall([_isend(c, send + dst * block, block, dst),
-                     _irecv(c, recv + src * block, block, src)])
+        c.t.waitall([_isend(c, send + dst * block, block, dst), _irecv(c, recv + src * block, block, src)])
 
 
 def gather_linear(c, send: int, recv: int, block: int, root: int) -> None:

@@ -11,6 +11,7 @@ Every collective goes through three steps:
 3. *run*: the algorithm moves and reduces the data.
 Async operations run the same steps on the communicator's in-order executor.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,9 +56,22 @@ from .tuner import Tuner
 #: color for ``split`` meaning "not in any new communicator" (returns None).
 UNDEFINED = -1
 
-_COLL_IDS = {name: i for i, name in enumerate(
-    ("barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
-     "gather", "scatter"))}
+_COLL_IDS = {
+    name: i
+    for i, name in enumerate(
+        (
+            "barrier",
+            "all_reduce",
+            "reduce",
+            "broadcast",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "gather",
+            "scatter",
+        )
+    )
+}
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # Header fields every rank must agree on, per collective (indexes into the header).
 _H_ERR, _H_COLL, _H_DTYPE, _H_COUNT, _H_OP, _H_ROOT, _H_NATIVE, _H_DEVRED = range(8)
@@ -81,20 +95,42 @@ _AGREE = {
 }
 _RECORD = struct.Struct(f"<{HEADER_WORDS}q")  # a call's record as bytes (TCP: fields not agreed on are -1)
 # Algorithms over which the stamps of a TCP call reach every rank (see TCPTransport.announce).
-_COVERING = {"all_reduce": ("ring", "recursive_doubling"), "all_gather": ("ring",),
-             "reduce_scatter": ("ring",), "all_to_all": ("pairwise",)}
+_COVERING = {
+    "all_reduce": ("ring", "recursive_doubling"),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "all_to_all": ("pairwise",),
+}
 
 
 class Plan:
     """A checked call, ready to run (or carrying the error that its checks found)."""
 
-    __slots__ = ("name", "dtype", "count", "op", "root", "run", "shm", "nbytes", "error", "p2p", "post", "finish",
-                 "staged", "native", "args", "timeout", "entry", "shm_agreed")
+    __slots__ = (
+        "name",
+        "dtype",
+        "count",
+        "op",
+        "root",
+        "run",
+        "shm",
+        "nbytes",
+        "error",
+        "p2p",
+        "post",
+        "finish",
+        "staged",
+        "native",
+        "args",
+        "timeout",
+        "entry",
+        "shm_agreed",
+    )
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
-        self.run = run        # run(OpContext): point-to-point algorithms (and the size-1 case)
-        self.shm = shm        # shm(engine): the same collective on the shared-memory engine
+        self.run = run  # run(OpContext): point-to-point algorithms (and the size-1 case)
+        self.shm = shm  # shm(engine): the same collective on the shared-memory engine
         self.shm_agreed = None  # shm_agreed(engine) -> (agreed, result): the agreement rides on the data
         self.nbytes = nbytes  # what the tuner decides on
         self.error, self.p2p = None, p2p
@@ -115,12 +151,15 @@ class Communicator:
     :func:`uniccl.get_unique_id` shared by the caller.
     """
 
-    def __init__(self, uid, rank: int, size: int, *, platform: str | None = None,
-                 timeout: float | None = None):
+    def __init__(self, uid, rank: int, size: int, *, platform: str | None = None, timeout: float | None = None):
         from ..transport.factory import transport_from_unique_id
 
-        self._setup(transport_from_unique_id(uid, rank, size, timeout), platform, timeout,
-                    f"uid-{uid.port if hasattr(uid, 'port') else 0}")
+        self._setup(
+            transport_from_unique_id(uid, rank, size, timeout),
+            platform,
+            timeout,
+            f"uid-{uid.port if hasattr(uid, 'port') else 0}",
+        )
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, platform: str | None = None, timeout: float | None = None) -> Communicator:
@@ -129,8 +168,9 @@ class Communicator:
         return cls._over(MPITransport(mpi_comm), platform, timeout, "mpi")
 
     @classmethod
-    def _over(cls, transport, platform: str | None = None, timeout: float | None = None,
-              name: str = "world") -> Communicator:
+    def _over(
+        cls, transport, platform: str | None = None, timeout: float | None = None, name: str = "world"
+    ) -> Communicator:
         self = cls.__new__(cls)
         self._setup(transport, platform, timeout, name)
         return self
@@ -156,8 +196,11 @@ class Communicator:
         self.device = self.local_rank % ndev
         self._scratch = _device.Slots(self._hostb)  # algorithms' scratch space
         self._mirrors = _device.Slots(self._backend)  # device buffers' host mirrors
-        self._device_scratch = _device.Slots(self._backend, on_device=self.device) \
-            if self._backend.mem_alloc is not None and record.name != "cpu" else None
+        self._device_scratch = (
+            _device.Slots(self._backend, on_device=self.device)
+            if self._backend.mem_alloc is not None and record.name != "cpu"
+            else None
+        )
         self._native, self._native_comm = None, None
         if self._backend.native_collectives is not None:
             self._native = self._backend.native_collectives()
@@ -183,8 +226,15 @@ class Communicator:
         self._announce: dict = {}
         self._announced = None  # (plan, seq) of the running announced call (TCP, MPI)
         self._in_data = False  # the running call is past its agreement
-        logger.info("communicator rank %d/%d: platform %s (%s), transport %s (%s)", self.rank, self.size,
-                    self.platform, why, self._tuner.transport, self._tuner.transport_why)
+        logger.info(
+            "communicator rank %d/%d: platform %s (%s), transport %s (%s)",
+            self.rank,
+            self.size,
+            self.platform,
+            why,
+            self._tuner.transport,
+            self._tuner.transport_why,
+        )
         self._destroyed = False
         self._pid = os.getpid()
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
@@ -300,8 +350,11 @@ class Communicator:
         """In a forked child (a DataLoader worker) the communicator is its parent's: every call,
         abort and destroy included, is InvalidUsage and touches nothing the two share."""
         if os.getpid() != self._pid:  # its sockets and shared memory are the parent's: never touch them
-            raise InvalidUsage(f"this communicator belongs to process {self._pid}; a forked child must make its "
-                               "own", op=op, rank=self.rank)
+            raise InvalidUsage(
+                f"this communicator belongs to process {self._pid}; a forked child must make its own",
+                op=op,
+                rank=self.rank,
+            )
 
     # ------------------------------------------------------------- collectives
     def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, timeout=None):
@@ -329,8 +382,9 @@ class Communicator:
         ((x[b-1] op x[b-2]) op ...) op x[b] with ranks mod size, on every transport alike, so
         float sums and products are the same bits whichever transport ran them (and gloo's;
         MAX/MIN may still differ in which NaN or which zero's sign wins)."""
-        return self._call("reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op, ring_order), async_op,
-                          timeout)
+        return self._call(
+            "reduce_scatter", self._plan_reduce_scatter, (sendbuf, recvbuf, op, ring_order), async_op, timeout
+        )
 
     def all_to_all(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
         """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
@@ -363,13 +417,16 @@ class Communicator:
         self._alive("split")
         for name, value in (("color", color), ("key", key)):
             if isinstance(value, bool) or not isinstance(value, int) or (name == "color" and value < UNDEFINED):
-                raise InvalidArgument(f"must be an int{' >= 0 or uniccl.UNDEFINED' if name == 'color' else ''}, "
-                                      f"got {value!r}", op="split", rank=self.rank, argument=name)
+                raise InvalidArgument(
+                    f"must be an int{' >= 0 or uniccl.UNDEFINED' if name == 'color' else ''}, got {value!r}",
+                    op="split",
+                    rank=self.rank,
+                    argument=name,
+                )
         self._executor.drain()
         with self._lock:
             new = self._t.split(color, key)
-        return None if new is None else Communicator._over(new, self.platform, self.timeout,
-                                                           f"{self._name}.{color}")
+        return None if new is None else Communicator._over(new, self.platform, self.timeout, f"{self._name}.{color}")
 
     def shrink(self, timeout: float = 10.0) -> Communicator:
         """A new communicator of the ranks still alive, after a peer died (collective over the
@@ -379,8 +436,11 @@ class Communicator:
         to wait for each survivor's view of who is alive."""
         shrink = getattr(self._t, "shrink", None)
         if shrink is None:
-            raise InvalidUsage(f"shrink() needs the TCP bootstrap; this communicator runs over "
-                               f"{self._t.name}", op="shrink", rank=self.rank)
+            raise InvalidUsage(
+                f"shrink() needs the TCP bootstrap; this communicator runs over {self._t.name}",
+                op="shrink",
+                rank=self.rank,
+            )
         transport = shrink(_check_timeout(timeout, "shrink", self.rank))
         self._shrunk = getattr(self, "_shrunk", 0) + 1
         logger.info("rank %d: shrink: %d of %d ranks survive", self.rank, transport.size, self.size)
@@ -392,10 +452,18 @@ class Communicator:
         ``by_size``), per peer link over TCP (``links``: bytes and seconds sent and received,
         retransmissions, checksum failures: the job's connections, shared by its
         communicators), and the integrity counters."""
-        out = {"communicator": self._name, "rank": self.rank, "size": self.size, "platform": self.platform,
-               "host": socket.gethostname(), "pid": os.getpid(), "transport": self._tuner.transport,
-               "calls": self._seq, "telemetry": self._telemetry is not None,
-               "ops": _tel.summary(self._telemetry) if self._telemetry is not None else {}}
+        out = {
+            "communicator": self._name,
+            "rank": self.rank,
+            "size": self.size,
+            "platform": self.platform,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "transport": self._tuner.transport,
+            "calls": self._seq,
+            "telemetry": self._telemetry is not None,
+            "ops": _tel.summary(self._telemetry) if self._telemetry is not None else {},
+        }
         mesh = getattr(self._t, "mesh", None)
         if mesh is not None:
             out.update(mesh.stats)
@@ -498,8 +566,12 @@ class Communicator:
     def _trace_call(self, plan: Plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
         entry = plan.entry
         path = entry[_fl.PATH] if entry is not None else ""
-        args = {"communicator": self._name, "seq": seq, "bytes": plan.nbytes,
-                "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip()}
+        args = {
+            "communicator": self._name,
+            "seq": seq,
+            "bytes": plan.nbytes,
+            "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip(),
+        }
         if failed:
             args["failed"] = failed
         if plan.p2p:
@@ -529,11 +601,19 @@ class Communicator:
         Failures that involve peers leave the flight recorder in UNICCL_DUMP_DIR."""
         if isinstance(exc, Timeout) and getattr(exc, "seq", None) is None:
             cause, remote = exc.message, getattr(exc, "remote_rank", None)
-            what = f"call #{seq} on this communicator" if seq is not None else \
-                f"{'from' if plan.name == 'recv' else 'to'} rank {plan.root}"
-            exc = Timeout(f"{plan.name} ({what}) did not complete: {cause}",
-                          op=plan.name, rank=self.rank, seq=seq, timeout=timeout,
-                          missing_ranks=list(getattr(exc, "missing_ranks", None) or ()))
+            what = (
+                f"call #{seq} on this communicator"
+                if seq is not None
+                else f"{'from' if plan.name == 'recv' else 'to'} rank {plan.root}"
+            )
+            exc = Timeout(
+                f"{plan.name} ({what}) did not complete: {cause}",
+                op=plan.name,
+                rank=self.rank,
+                seq=seq,
+                timeout=timeout,
+                missing_ranks=list(getattr(exc, "missing_ranks", None) or ()),
+            )
             fail = getattr(self._t, "fail", None)
             if fail is not None and remote is None:
                 fail(cause, exc.missing_ranks)  # TCP: the peers learn it now, not at their own timeouts
@@ -541,8 +621,12 @@ class Communicator:
             if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
                 exc = type(exc)(exc.message, op=plan.name, rank=self.rank, argument=exc.argument, **exc.extra)
             died = getattr(self._t, "peer_died", None)
-            if died is not None and isinstance(exc, RemoteError) and exc.extra.get("remote_rank") is not None \
-                    and exc.extra.get("remote_type") in ("ConnectionError", "died"):
+            if (
+                died is not None
+                and isinstance(exc, RemoteError)
+                and exc.extra.get("remote_rank") is not None
+                and exc.extra.get("remote_type") in ("ConnectionError", "died")
+            ):
                 # TCP: tell every survivor (one may wait for another survivor, not for the dead rank);
                 # before any abort notice of ours, so that they learn the cause, not just "aborted"
                 died(exc.message, exc.extra["remote_rank"])
@@ -588,8 +672,13 @@ class Communicator:
         if self.size > 1:
             if self._engine is None and self._host_only and self._hier is None and hasattr(self._t, "announce"):
                 return self._run_announced(plan, seq)
-            if plan.shm_agreed is not None and self._engine is not None and not staged and self._hier is None \
-                    and plan.error is None:
+            if (
+                plan.shm_agreed is not None
+                and self._engine is not None
+                and not staged
+                and self._hier is None
+                and plan.error is None
+            ):
                 choice = self._tuner.choose(plan.name, plan.nbytes)
                 if choice.transport == "shm":
                     return self._run_fused(plan, seq, choice)
@@ -647,17 +736,26 @@ class Communicator:
         leaders = self.split(0 if group.rank == 0 else UNDEFINED, self.rank)
         self._hier = (group, leaders)
         sizes = {i: ids.count(i) for i in set(ids)}
-        logger.info("communicator rank %d/%d spans vendors: all_reduce is hierarchical (vendor library inside "
-                    "groups of sizes %s, host path between %d leaders)", self.rank, self.size,
-                    sorted(sizes.values(), reverse=True), len(sizes))
+        logger.info(
+            "communicator rank %d/%d spans vendors: all_reduce is hierarchical (vendor library inside "
+            "groups of sizes %s, host path between %d leaders)",
+            self.rank,
+            self.size,
+            sorted(sizes.values(), reverse=True),
+            len(sizes),
+        )
 
     def _run_hierarchical(self, plan: Plan):
         """Reduce inside the vendor group, all_reduce across group leaders, broadcast inside."""
         sendbuf, recvbuf, op = plan.args
         group, leaders = self._hier
         out = sendbuf if recvbuf is None else recvbuf
-        logger.debug("all_reduce %d elements: hierarchical (group of %d, %s)", plan.count, group.size,
-                     "leader" if leaders is not None else "member")
+        logger.debug(
+            "all_reduce %d elements: hierarchical (group of %d, %s)",
+            plan.count,
+            group.size,
+            "leader" if leaders is not None else "member",
+        )
         group.all_reduce(sendbuf, recvbuf, op)
         if leaders is not None:
             leaders.all_reduce(out, None, op)
@@ -699,8 +797,12 @@ class Communicator:
     def native_p2p(self, b) -> bool:
         """Does a send/recv of ``b`` go through the vendor library (a device buffer, and a
         datatype the library has)?  Both sides decide alike when they pass alike buffers."""
-        return (isinstance(b, _device.Staged) and self._native is not None and b.device == self.device
-                and self._native.supports(b.dtype))
+        return (
+            isinstance(b, _device.Staged)
+            and self._native is not None
+            and b.device == self.device
+            and self._native.supports(b.dtype)
+        )
 
     def _native_path(self, plan: Plan):
         """Native-library arguments when this rank can take the native path, else None."""
@@ -723,8 +825,20 @@ class Communicator:
     def _context(self, plan: Plan, seq: int, algorithm: str) -> alg.OpContext:
         dt = DType(plan.dtype)
         op = ReduceOp.SUM if plan.op == ReduceOp.AVG else plan.op
-        return alg.OpContext(self._t, self.rank, self.size, 1 + seq % self._tag_span, dt.itemsize, int(dt),
-                             int(op), self._hostb.reduce, self._scratch, self._copy, algorithm, self._chunk_bytes)
+        return alg.OpContext(
+            self._t,
+            self.rank,
+            self.size,
+            1 + seq % self._tag_span,
+            dt.itemsize,
+            int(dt),
+            int(op),
+            self._hostb.reduce,
+            self._scratch,
+            self._copy,
+            algorithm,
+            self._chunk_bytes,
+        )
 
     def _record(self, plan: Plan) -> None:
         """This rank's record of the call (what every rank must agree on) into ``self._hdr``."""
@@ -769,9 +883,16 @@ class Communicator:
         known = self._announce.get(key) if error is None else None
         if known is None:
             agreed = _AGREE[name]  # only what the call must agree on is compared
-            record = _RECORD.pack(error is not None, _COLL_IDS[name],
-                                  plan.dtype if _H_DTYPE in agreed else -1, plan.count if _H_COUNT in agreed else -1,
-                                  plan.op if _H_OP in agreed else -1, plan.root if _H_ROOT in agreed else -1, -1, -1)
+            record = _RECORD.pack(
+                error is not None,
+                _COLL_IDS[name],
+                plan.dtype if _H_DTYPE in agreed else -1,
+                plan.count if _H_COUNT in agreed else -1,
+                plan.op if _H_OP in agreed else -1,
+                plan.root if _H_ROOT in agreed else -1,
+                -1,
+                -1,
+            )
             light = False
             if error is None and plan.nbytes > 0 and plan.run is not None and self.size <= 64:
                 light = self._tuner.choose(name, plan.nbytes).algorithm in _COVERING.get(name, ())
@@ -815,20 +936,33 @@ class Communicator:
             if plan.error is not None:
                 raise plan.error
             bad = int(np.flatnonzero(hdrs[:, _H_ERR])[0])
-            raise RemoteError(f"call #{seq} failed on rank {bad}: {errors[bad]}", op=plan.name,
-                              rank=self.rank, remote_rank=bad, remote_type=type(errors[bad]).__name__)
+            raise RemoteError(
+                f"call #{seq} failed on rank {bad}: {errors[bad]}",
+                op=plan.name,
+                rank=self.rank,
+                remote_rank=bad,
+                remote_type=type(errors[bad]).__name__,
+            )
         colls = hdrs[:, _H_COLL]
         if (colls != colls[0]).any():
             other = int(np.flatnonzero(colls != colls[0])[0])
-            raise InvalidUsage(f"mismatched call #{seq}: rank 0 called {_COLL_NAMES[int(colls[0])]} but rank "
-                               f"{other} called {_COLL_NAMES[int(colls[other])]}", op=plan.name, rank=self.rank)
+            raise InvalidUsage(
+                f"mismatched call #{seq}: rank 0 called {_COLL_NAMES[int(colls[0])]} but rank "
+                f"{other} called {_COLL_NAMES[int(colls[other])]}",
+                op=plan.name,
+                rank=self.rank,
+            )
         for f in _AGREE[plan.name]:
             col = hdrs[:, f]
             if (col != col[0]).any():
                 other = int(np.flatnonzero(col != col[0])[0])
-                raise InvalidUsage(f"mismatched call #{seq}: rank 0 passed {_FIELD_NAMES[f]}="
-                                   f"{_describe(f, col[0])} but rank {other} passed {_FIELD_NAMES[f]}="
-                                   f"{_describe(f, col[other])}", op=plan.name, rank=self.rank)
+                raise InvalidUsage(
+                    f"mismatched call #{seq}: rank 0 passed {_FIELD_NAMES[f]}="
+                    f"{_describe(f, col[0])} but rank {other} passed {_FIELD_NAMES[f]}="
+                    f"{_describe(f, col[other])}",
+                    op=plan.name,
+                    rank=self.rank,
+                )
 
     def _copy(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes and dst != src:
@@ -885,6 +1019,7 @@ class Communicator:
                 return False, None
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return True, result
+
         plan = Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
         plan.shm_agreed = shm_agreed
         return plan
@@ -925,6 +1060,7 @@ class Communicator:
             if is_root:
                 self._finish_avg(recv.ptr, count, send.dtype, rop)
             return result
+
         return Plan(name, send.dtype, count, rop, root, run, shm, send.nbytes)
 
     def _plan_broadcast(self, buf, root):
@@ -940,6 +1076,7 @@ class Communicator:
         def shm(e):
             e.broadcast(b.ptr, b.nbytes, root)
             return buf
+
         return Plan(name, b.dtype, b.count, -1, root, run, shm, b.nbytes)
 
     def _plan_all_gather(self, sendbuf, recvbuf):
@@ -959,6 +1096,7 @@ class Communicator:
         def shm(e):
             e.all_gather(send.ptr, recv.ptr, send.nbytes)
             return recvbuf
+
         return Plan(name, send.dtype, send.count, -1, -1, run, shm, self.size * send.nbytes)
 
     def _plan_reduce_scatter(self, sendbuf, recvbuf, op, ring_order=False):
@@ -968,8 +1106,12 @@ class Communicator:
         send = chk.buffer(self, sendbuf, name, "sendbuf", writable=False)
         recv = chk.buffer(self, recvbuf, name, "recvbuf", writable=True)
         if ring_order and (isinstance(send, _device.Staged) or isinstance(recv, _device.Staged)):
-            raise InvalidArgument("ring_order is for host buffers (a vendor library keeps its own order)",
-                                  op=name, rank=self.rank, argument="ring_order")
+            raise InvalidArgument(
+                "ring_order is for host buffers (a vendor library keeps its own order)",
+                op=name,
+                rank=self.rank,
+                argument="ring_order",
+            )
         chk.same_dtype(self, send, recv, name, "recvbuf")
         count = chk.divisible(self, send, name, "sendbuf")
         chk.at_least(self, recv, count, name, "recvbuf", "count of sendbuf / size")
@@ -986,10 +1128,12 @@ class Communicator:
             return recvbuf
 
         def shm(e):
-            e.reduce_scatter(self._avg_input(send.ptr, count * self.size, send.dtype, rop), recv.ptr, count,
-                             send.dtype, kop)
+            e.reduce_scatter(
+                self._avg_input(send.ptr, count * self.size, send.dtype, rop), recv.ptr, count, send.dtype, kop
+            )
             self._finish_avg(recv.ptr, count, send.dtype, rop)
             return recvbuf
+
         # the record's root field says the order (agreed: ranks asking for different orders
         # would get different bits)
         return Plan(name, send.dtype, count, rop, _RING_ORDER if ring_order else -1, run, shm, send.nbytes)
@@ -1022,6 +1166,7 @@ class Communicator:
                 self._copy(src, send.ptr, send.nbytes)
             e.all_to_all(src, recv.ptr, bbytes)
             return recvbuf
+
         return Plan(name, send.dtype, block, -1, -1, run, shm, send.nbytes)
 
     def _plan_gather(self, sendbuf, recvbuf, root):
@@ -1046,6 +1191,7 @@ class Communicator:
         def shm(e):
             e.gather(send.ptr, recv.ptr if recv is not None else 0, send.nbytes, root)
             return recvbuf if recv is not None else None
+
         return Plan(name, send.dtype, send.count, -1, root, run, shm, self.size * send.nbytes)
 
     def _plan_scatter(self, sendbuf, recvbuf, root):
@@ -1058,8 +1204,7 @@ class Communicator:
             chk.same_dtype(self, send, recv, name, "recvbuf")
             count = chk.divisible(self, send, name, "sendbuf")
             chk.at_least(self, recv, count, name, "recvbuf", "count of sendbuf / size")
-            chk.no_partial_overlap(self, recv, send, name,
-                                   allowed_offset=root * count * DType(send.dtype).itemsize)
+            chk.no_partial_overlap(self, recv, send, name, allowed_offset=root * count * DType(send.dtype).itemsize)
         bbytes = count * DType(recv.dtype).itemsize
 
         def run(c):
@@ -1073,13 +1218,18 @@ class Communicator:
         def shm(e):
             e.scatter(send.ptr if send is not None else 0, recv.ptr, bbytes, root)
             return recvbuf
+
         return Plan(name, recv.dtype, count, -1, root, run, shm, self.size * bbytes)
 
     def _check_peer(self, peer, name):
         peer = chk.rank_in_range(self, peer, name, "peer")
         if peer == self.rank and _group.current() is None:
-            raise InvalidArgument("a blocking send/recv with itself would deadlock; pair them inside "
-                                  "uniccl.group()", op=name, rank=self.rank, argument="peer")
+            raise InvalidArgument(
+                "a blocking send/recv with itself would deadlock; pair them inside uniccl.group()",
+                op=name,
+                rank=self.rank,
+                argument="peer",
+            )
         return peer
 
     def _plan_p2p(self, name, buf, peer):
@@ -1116,6 +1266,7 @@ class Communicator:
         def run(_):
             finish(post())
             return buf
+
         plan = Plan(name, b.dtype, b.count, -1, peer, run, nbytes=b.nbytes, p2p=True)
         plan.post, plan.finish = post, finish
         return plan
@@ -1136,6 +1287,7 @@ class Communicator:
             post()
             finish(None)
             return buf
+
         plan = Plan(name, b.dtype, b.count, -1, peer, run, nbytes=b.nbytes, p2p=True)
         plan.post, plan.finish, plan.native = post, finish, self._native
         return plan

@@ -15,6 +15,7 @@ that stream.  When every rank's buffers are device buffers of a platform with a
 native collective library, the ranks agree on the native path instead and the
 library runs the collective on the device, on that stream.
 """
+
 from __future__ import annotations
 
 from .._types import MemcpyKind
@@ -26,8 +27,21 @@ NATIVE = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_s
 class Staged:
     """A device buffer standing in for a host one (same attributes as a BufferView)."""
 
-    __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "readonly", "device_type", "device_id", "stream",
-                 "dev_ptr", "device", "slot", "writable")
+    __slots__ = (
+        "obj",
+        "ptr",
+        "nbytes",
+        "count",
+        "dtype",
+        "readonly",
+        "device_type",
+        "device_id",
+        "stream",
+        "dev_ptr",
+        "device",
+        "slot",
+        "writable",
+    )
 
     def __init__(self, view, device: int, slot: str, writable: bool):
         self.obj, self.nbytes, self.count, self.dtype = view.obj, view.nbytes, view.count, view.dtype
@@ -102,6 +116,14 @@ def native_args(plan, staged: list) -> dict | None:
     recv = by_slot.get("recvbuf") or send
     if send is None:
         return None
-    return {"send": send.dev_ptr, "recv": recv.dev_ptr, "count": plan.count, "dtype": plan.dtype,
-            "op": plan.op, "root": max(plan.root, 0), "stream": send.stream, "device": send.device,
-            "result": recv.obj}
+    return {
+        "send": send.dev_ptr,
+        "recv": recv.dev_ptr,
+        "count": plan.count,
+        "dtype": plan.dtype,
+        "op": plan.op,
+        "root": max(plan.root, 0),
+        "stream": send.stream,
+        "device": send.device,
+        "result": recv.obj,
+    }

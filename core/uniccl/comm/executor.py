@@ -4,6 +4,7 @@ One ``SerialExecutor`` per communicator runs submitted operations one after
 another on a daemon thread, so outstanding operations complete in issue order
 (the same order on every rank, which the collectives rely on).
 """
+
 from __future__ import annotations
 
 import collections
@@ -98,8 +99,7 @@ class SerialExecutor:
             self._closed = True
             self._cond.notify_all()
         for _, work in pending:
-            work._finish(error=InvalidUsage("the communicator was aborted before this operation started",
-                                            op=work.op))
+            work._finish(error=InvalidUsage("the communicator was aborted before this operation started", op=work.op))
 
     def _loop(self) -> None:
         while True:

@@ -6,6 +6,7 @@ send/recv pairs in any order cannot deadlock), then the collectives run in issue
 order, then the transfers are completed.  Each call in the block returns a
 ``Work`` that is completed when the group ends.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,7 @@ class _Group:
 
     def discard(self) -> None:
         for _, plan, work in self.items:
-            work._finish(error=InvalidUsage("the group block raised before it ended; nothing was run",
-                                            op=plan.name))
+            work._finish(error=InvalidUsage("the group block raised before it ended; nothing was run", op=plan.name))
 
 
 def current() -> _Group | None:

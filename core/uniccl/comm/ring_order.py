@@ -12,6 +12,7 @@ with ``ring_order=True`` (the shared-memory engine folds each block in that orde
 and MPI paths run the ring in gloo's direction), then an all_gather.  Used by the torch
 backend.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,7 @@ class GlooOrderAllReduce:
             send = self._buffer("send", flat, n * k)
             send[:numel] = flat
             send[numel:] = 0
-        mine = send[me * k:(me + 1) * k]
+        mine = send[me * k : (me + 1) * k]
         comm.reduce_scatter(send, mine, op, ring_order=True)  # in place: my chunk, reduced
         comm.all_gather(mine, send)  # in place too
         if send is not flat:
@@ -70,4 +71,5 @@ def _empty_like(flat, count: int):
     if isinstance(flat, np.ndarray):
         return np.empty(count, dtype=flat.dtype)
     import torch
+
     return torch.empty(count, dtype=flat.dtype)

@@ -9,6 +9,7 @@ folds them with the kernels in rank order — every rank's result is bitwise the
 lands in the device buffer directly.  It trades the ring's 2(n-1)/n traffic for n-1
 blocks per rank: a fallback for when the vendor library is not there, not a fast path.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -22,8 +23,12 @@ COLLECTIVES = frozenset(("all_reduce", "reduce", "reduce_scatter"))
 
 def applies(comm, plan) -> bool:
     kernels = str(comm._backend.record.probe.get("kernels") or "none")
-    return plan.name in COLLECTIVES and plan.count > 0 and not kernels.startswith("none") \
+    return (
+        plan.name in COLLECTIVES
+        and plan.count > 0
+        and not kernels.startswith("none")
         and comm._backend.mem_alloc is not None
+    )
 
 
 def _bytes(ptr: int, nbytes: int) -> np.ndarray:
@@ -43,8 +48,9 @@ def run(comm, plan, seq: int):
     if name == "all_reduce":
         inner = comm._plan_all_gather(_bytes(send.ptr, block), _bytes(gathered, n * block))
     elif name == "reduce":
-        inner = comm._plan_gather(_bytes(send.ptr, block), _bytes(gathered, n * block) if comm.rank == root
-                                  else None, root)
+        inner = comm._plan_gather(
+            _bytes(send.ptr, block), _bytes(gathered, n * block) if comm.rank == root else None, root
+        )
     else:  # reduce_scatter: block j of every rank comes to rank j
         inner = comm._plan_all_to_all(_bytes(send.ptr, n * block), _bytes(gathered, n * block))
     comm._run_host(inner, seq)

@@ -12,6 +12,7 @@ Rules, in order:
    docs/performance.md for the command that measures them).
 Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,19 @@ _P2P = {
 ALGORITHMS = {
     "mpi": _P2P,
     "tcp": _P2P,
-    "shm": {c: ("shm",) for c in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter",
-                                   "all_to_all", "gather", "scatter")},
+    "shm": {
+        c: ("shm",)
+        for c in (
+            "all_reduce",
+            "reduce",
+            "broadcast",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "gather",
+            "scatter",
+        )
+    },
 }
 
 # Measured cost constants of the MPI transport (seconds, seconds per byte): latency of
@@ -55,8 +67,9 @@ def parse_rules(spec: str) -> dict:
     for part in filter(None, (p.strip() for p in spec.replace(",", ";").split(";"))):
         coll, sep, algo = part.partition(":")
         if not sep or not algo.strip():
-            raise InvalidArgument(f"UNICCL_ALGO rule {part!r} is not 'collective:algorithm'", op="init",
-                                  argument="UNICCL_ALGO")
+            raise InvalidArgument(
+                f"UNICCL_ALGO rule {part!r} is not 'collective:algorithm'", op="init", argument="UNICCL_ALGO"
+            )
         rules[coll.strip()] = algo.strip()
     return rules
 
@@ -77,12 +90,18 @@ class Tuner:
         if size < 2:
             forced = ""  # nothing to transport: any forced choice is moot
         if forced in ("mpi", "tcp") and forced != p2p:
-            raise InvalidArgument(f"UNICCL_TRANSPORT={forced} but this communicator was bootstrapped over {p2p} "
-                                  f"({'an MPI launcher' if p2p == 'mpi' else 'uniccl run or a unique id'})",
-                                  op="init", argument="UNICCL_TRANSPORT")
+            raise InvalidArgument(
+                f"UNICCL_TRANSPORT={forced} but this communicator was bootstrapped over {p2p} "
+                f"({'an MPI launcher' if p2p == 'mpi' else 'uniccl run or a unique id'})",
+                op="init",
+                argument="UNICCL_TRANSPORT",
+            )
         if forced == "shm" and not shm_ready:
-            raise InvalidArgument(f"UNICCL_TRANSPORT=shm but the shared-memory engine is not usable: "
-                                  f"{shm_reason}", op="init", argument="UNICCL_TRANSPORT")
+            raise InvalidArgument(
+                f"UNICCL_TRANSPORT=shm but the shared-memory engine is not usable: {shm_reason}",
+                op="init",
+                argument="UNICCL_TRANSPORT",
+            )
         if size < 2:
             self.transport, self.transport_why = "local", "a single rank"
         elif forced:
@@ -95,9 +114,12 @@ class Tuner:
         for coll, algo in self.rules.items():
             known = {a for t in ALGORITHMS.values() for c, algos in t.items() if coll in (c, "*") for a in algos}
             if algo not in known:
-                raise InvalidArgument(f"UNICCL_ALGO: unknown algorithm {algo!r} for {coll!r}; known: "
-                                      f"{', '.join(sorted(known)) or 'none (unknown collective)'}",
-                                      op="init", argument="UNICCL_ALGO")
+                raise InvalidArgument(
+                    f"UNICCL_ALGO: unknown algorithm {algo!r} for {coll!r}; known: "
+                    f"{', '.join(sorted(known)) or 'none (unknown collective)'}",
+                    op="init",
+                    argument="UNICCL_ALGO",
+                )
         self._cache: dict = {}
 
     def choose(self, coll: str, nbytes: int) -> Choice:
@@ -105,8 +127,16 @@ class Tuner:
         choice = self._cache.get(key)
         if choice is None:
             choice = self._cache[key] = self._decide(coll, nbytes)
-            logger.info("%s %d B on %d ranks: transport %s (%s), algorithm %s (%s)", coll, nbytes, self.size,
-                        choice.transport, self.transport_why, choice.algorithm, choice.why)
+            logger.info(
+                "%s %d B on %d ranks: transport %s (%s), algorithm %s (%s)",
+                coll,
+                nbytes,
+                self.size,
+                choice.transport,
+                self.transport_why,
+                choice.algorithm,
+                choice.why,
+            )
         return choice
 
     def _decide(self, coll: str, nbytes: int) -> Choice:

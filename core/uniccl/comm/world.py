@@ -1,4 +1,5 @@
 """``uniccl.init()``: the world communicator of the current job."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ def _torchrun_world(platform, timeout) -> Communicator:
         rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
         addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     except (KeyError, ValueError) as exc:
-        raise InvalidArgument(f"torchrun's environment is incomplete or malformed ({exc})", op="init",
-                              argument="RANK") from None
+        raise InvalidArgument(
+            f"torchrun's environment is incomplete or malformed ({exc})", op="init", argument="RANK"
+        ) from None
     wait = init_wait(timeout)
     store = TCPStore(addr, port, size, is_master=False, timeout=timedelta(seconds=wait))
     _torchrun_worlds += 1

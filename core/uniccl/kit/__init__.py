@@ -8,6 +8,7 @@ CNRT) brings specs whose ``load()`` binds it in the same shape.  Vendor librarie
 (:func:`find_library`), never linked; every vendor status goes through
 :func:`check_status`.  See docs/plugins.md.
 """
+
 from __future__ import annotations
 
 from ._ccl import NCCL_STATUS, CclLibrary, CclSpec
@@ -17,5 +18,18 @@ from ._plugin import DevicePlugin
 from ._runtime import DeviceRuntime
 from ._status import check_status, renamed
 
-__all__ = ["CUDA_STATUS", "NCCL_STATUS", "CclLibrary", "CclSpec", "DevicePlugin", "DeviceRuntime", "CudaLikeRuntime",
-           "CudaLikeSpec", "LibrarySearch", "check_status", "find_library", "load_library", "renamed"]
+__all__ = [
+    "CUDA_STATUS",
+    "NCCL_STATUS",
+    "CclLibrary",
+    "CclSpec",
+    "DevicePlugin",
+    "DeviceRuntime",
+    "CudaLikeRuntime",
+    "CudaLikeSpec",
+    "LibrarySearch",
+    "check_status",
+    "find_library",
+    "load_library",
+    "renamed",
+]

@@ -4,6 +4,7 @@ They share NCCL's shapes: a 128-byte unique id, ``<p>CommInitRank(comm*, nranks,
 id, rank)``, collectives taking (buffers, count, datatype, [op], [root], comm,
 stream), group start/end.  :class:`CclSpec` holds what differs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,16 @@ from .._errors import InvalidArgument, InvalidUsage, RemoteError
 from ._dl import BoundLibrary, LibrarySearch
 from ._status import check_status
 
-NCCL_STATUS = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
-               4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
+NCCL_STATUS = {
+    0: "ncclSuccess",
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+}
 # uniccl DType -> ncclDataType_t (codes 0-9 coincide; NCCL has no 16-bit integers)
 NCCL_DTYPES = {d: d for d in range(10)}
 NCCL_OPS = {o: o for o in range(5)}  # sum, prod, max, min, avg
@@ -27,8 +36,8 @@ class _UniqueId(ctypes.Structure):
 
 @dataclass(frozen=True)
 class CclSpec:
-    vendor: str                  # "NCCL"
-    prefix: str                  # "nccl"
+    vendor: str  # "NCCL"
+    prefix: str  # "nccl"
     search: LibrarySearch
     statuses: dict = field(default_factory=lambda: dict(NCCL_STATUS))
     classes: dict = field(default_factory=lambda: {4: InvalidArgument, 5: InvalidUsage, 6: RemoteError})
@@ -51,9 +60,12 @@ class CclLibrary(BoundLibrary):
 
     def signatures(self) -> dict:
         return {
-            "GetVersion": [POINTER(c_int)], "GetUniqueId": [POINTER(_UniqueId)],
-            "CommInitRank": [POINTER(c_void_p), c_int, _UniqueId, c_int], "CommDestroy": [c_void_p],
-            "CommAbort": [c_void_p], "CommGetAsyncError": [c_void_p, POINTER(c_int)],
+            "GetVersion": [POINTER(c_int)],
+            "GetUniqueId": [POINTER(_UniqueId)],
+            "CommInitRank": [POINTER(c_void_p), c_int, _UniqueId, c_int],
+            "CommDestroy": [c_void_p],
+            "CommAbort": [c_void_p],
+            "CommGetAsyncError": [c_void_p, POINTER(c_int)],
             "AllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
             "Broadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
             "Reduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p, c_void_p],
@@ -61,12 +73,20 @@ class CclLibrary(BoundLibrary):
             "ReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
             "Send": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
             "Recv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "GroupStart": [], "GroupEnd": [],
+            "GroupStart": [],
+            "GroupEnd": [],
         }
 
     def _check(self, status: int, name: str, op=None, rank=None) -> None:
-        check_status(status, self.spec.prefix + name, self.spec.vendor, self.spec.statuses,
-                     classes=self.spec.classes, op=op, rank=rank)
+        check_status(
+            status,
+            self.spec.prefix + name,
+            self.spec.vendor,
+            self.spec.statuses,
+            classes=self.spec.classes,
+            op=op,
+            rank=rank,
+        )
 
     def call(self, name: str, *args, op=None, rank=None) -> None:
         fn = self._fns.get(name)

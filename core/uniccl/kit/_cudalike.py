@@ -5,6 +5,7 @@ They share function shapes (``<prefix>Malloc(void**, size_t)``, ``<prefix>Memcpy
 status codes and enum values: a :class:`CudaLikeSpec` holds those differences and
 :class:`CudaLikeRuntime` binds the library with ctypes once.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -16,31 +17,48 @@ from ._runtime import DeviceRuntime
 from ._status import check_status
 
 # The CUDA runtime's values; other vendors override what differs.
-CUDA_STATUS = {0: "cudaSuccess", 1: "cudaErrorInvalidValue", 2: "cudaErrorMemoryAllocation",
-               3: "cudaErrorInitializationError", 21: "cudaErrorInvalidMemcpyDirection",
-               35: "cudaErrorInsufficientDriver", 100: "cudaErrorNoDevice", 101: "cudaErrorInvalidDevice",
-               400: "cudaErrorInvalidResourceHandle", 600: "cudaErrorNotReady", 700: "cudaErrorIllegalAddress",
-               719: "cudaErrorLaunchFailure", 801: "cudaErrorNotSupported", 999: "cudaErrorUnknown"}
+CUDA_STATUS = {
+    0: "cudaSuccess",
+    1: "cudaErrorInvalidValue",
+    2: "cudaErrorMemoryAllocation",
+    3: "cudaErrorInitializationError",
+    21: "cudaErrorInvalidMemcpyDirection",
+    35: "cudaErrorInsufficientDriver",
+    100: "cudaErrorNoDevice",
+    101: "cudaErrorInvalidDevice",
+    400: "cudaErrorInvalidResourceHandle",
+    600: "cudaErrorNotReady",
+    700: "cudaErrorIllegalAddress",
+    719: "cudaErrorLaunchFailure",
+    801: "cudaErrorNotSupported",
+    999: "cudaErrorUnknown",
+}
 
 
 class _PointerAttributes(ctypes.Structure):
     """cudaPointerAttributes since CUDA 11; newer runtimes append reserved words (CUDA 13:
     seen writing past the four fields), so room is left for them."""
-    _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p), ("hostPointer", c_void_p),
-                ("reserved", ctypes.c_long * 32)]
+
+    _fields_ = [
+        ("type", c_int),
+        ("device", c_int),
+        ("devicePointer", c_void_p),
+        ("hostPointer", c_void_p),
+        ("reserved", ctypes.c_long * 32),
+    ]
 
 
 @dataclass(frozen=True)
 class CudaLikeSpec:
-    vendor: str                    # "NVIDIA CUDA"
-    prefix: str                    # "cuda"
-    search: LibrarySearch          # where the runtime library is
+    vendor: str  # "NVIDIA CUDA"
+    prefix: str  # "cuda"
+    search: LibrarySearch  # where the runtime library is
     statuses: dict = field(default_factory=lambda: dict(CUDA_STATUS))
-    not_ready: tuple = (600,)      # "work pending" from Query calls
+    not_ready: tuple = (600,)  # "work pending" from Query calls
     not_supported: int = 801
-    no_device: tuple = (100, 35)   # statuses of GetDeviceCount that mean "no usable device"
+    no_device: tuple = (100, 35)  # statuses of GetDeviceCount that mean "no usable device"
     memcpy_kinds: tuple = (0, 1, 2, 3, 4)  # vendor values of H2H, H2D, D2H, D2D, Default
-    memory_type_device: int = 2    # PointerAttributes.type of device memory
+    memory_type_device: int = 2  # PointerAttributes.type of device memory
     props_symbol: str = "GetDeviceProperties_v2"  # name at offset 0, total memory at props_total_offset
     props_total_offset: int = 288
 
@@ -55,22 +73,43 @@ class CudaLikeRuntime(DeviceRuntime):
 
     NAME_FN = "GetErrorName"
     POINTER_ATTRIBUTES = _PointerAttributes
-    REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "MemcpyAsync", "StreamCreate",
-                "StreamSynchronize", "EventCreate", "EventRecord")
+    REQUIRED = (
+        "GetDeviceCount",
+        "SetDevice",
+        "Malloc",
+        "Free",
+        "MemcpyAsync",
+        "StreamCreate",
+        "StreamSynchronize",
+        "EventCreate",
+        "EventRecord",
+    )
 
     def signatures(self) -> dict:
         return {
-            "GetDeviceCount": [POINTER(c_int)], "SetDevice": [c_int], "GetDevice": [POINTER(c_int)],
-            "RuntimeGetVersion": [POINTER(c_int)], "DriverGetVersion": [POINTER(c_int)],
-            "MemGetInfo": [POINTER(c_size_t), POINTER(c_size_t)], "DeviceSynchronize": [],
-            "Malloc": [POINTER(c_void_p), c_size_t], "Free": [c_void_p],
-            "MallocHost": [POINTER(c_void_p), c_size_t], "FreeHost": [c_void_p],
+            "GetDeviceCount": [POINTER(c_int)],
+            "SetDevice": [c_int],
+            "GetDevice": [POINTER(c_int)],
+            "RuntimeGetVersion": [POINTER(c_int)],
+            "DriverGetVersion": [POINTER(c_int)],
+            "MemGetInfo": [POINTER(c_size_t), POINTER(c_size_t)],
+            "DeviceSynchronize": [],
+            "Malloc": [POINTER(c_void_p), c_size_t],
+            "Free": [c_void_p],
+            "MallocHost": [POINTER(c_void_p), c_size_t],
+            "FreeHost": [c_void_p],
             "Memcpy": [c_void_p, c_void_p, c_size_t, c_int],
             "MemcpyAsync": [c_void_p, c_void_p, c_size_t, c_int, c_void_p],
-            "StreamCreate": [POINTER(c_void_p)], "StreamDestroy": [c_void_p], "StreamSynchronize": [c_void_p],
-            "StreamQuery": [c_void_p], "StreamWaitEvent": [c_void_p, c_void_p, c_uint],
-            "EventCreate": [POINTER(c_void_p)], "EventDestroy": [c_void_p], "EventRecord": [c_void_p, c_void_p],
-            "EventQuery": [c_void_p], "EventSynchronize": [c_void_p],
+            "StreamCreate": [POINTER(c_void_p)],
+            "StreamDestroy": [c_void_p],
+            "StreamSynchronize": [c_void_p],
+            "StreamQuery": [c_void_p],
+            "StreamWaitEvent": [c_void_p, c_void_p, c_uint],
+            "EventCreate": [POINTER(c_void_p)],
+            "EventDestroy": [c_void_p],
+            "EventRecord": [c_void_p, c_void_p],
+            "EventQuery": [c_void_p],
+            "EventSynchronize": [c_void_p],
             "EventElapsedTime": [POINTER(c_float), c_void_p, c_void_p],
             "PointerGetAttributes": [POINTER(_PointerAttributes), c_void_p],
             self.spec.props_symbol: [c_void_p, c_int],
@@ -118,8 +157,9 @@ class CudaLikeRuntime(DeviceRuntime):
         st = fn(c_void_p(stream or 0), c_void_p(event), 0)
         if st == self.spec.not_supported:
             return False
-        check_status(st, self.spec.prefix + "StreamWaitEvent", self.spec.vendor, self.spec.statuses,
-                     name_of=self.name_of)
+        check_status(
+            st, self.spec.prefix + "StreamWaitEvent", self.spec.vendor, self.spec.statuses, name_of=self.name_of
+        )
         return True
 
     def _after_failed_query(self) -> None:

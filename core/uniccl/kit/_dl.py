@@ -6,6 +6,7 @@ its usual install folders, the library folders of vendor wheels on PyPI (the
 then the system loader (``LD_LIBRARY_PATH``, ld.so.cache).  The first that loads
 wins; when none does, the reason lists every place tried.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -61,8 +62,7 @@ class LibrarySearch:
         for var, subs in self.env:
             root = os.environ.get(var)
             for sub in subs:
-                out.append((f"${var}/{sub}" + ("" if root else " (unset)"),
-                            os.path.join(root, sub) if root else None))
+                out.append((f"${var}/{sub}" + ("" if root else " (unset)"), os.path.join(root, sub) if root else None))
         for d in self.dirs:
             out.append((d, d))
         for package, sub in self.wheels:

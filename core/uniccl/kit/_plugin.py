@@ -8,6 +8,7 @@ in their own plugin.  Nothing is loaded until the
 probe; a missing library or driver makes the platform "unavailable" with the
 exact reason, never an import error.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +42,14 @@ class _Kernels:
         lib = ctypes.CDLL(path)
         self._reduce, self._scale = getattr(lib, prefix + "_reduce"), getattr(lib, prefix + "_scale")
         self._reduce.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        self._scale.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                                ctypes.c_ulonglong, ctypes.c_void_p]
+        self._scale.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_ulonglong,
+            ctypes.c_void_p,
+        ]
         self._reduce.restype = self._scale.restype = ctypes.c_int
         info = getattr(lib, prefix + "_kernels_info", None)
         if info is not None:
@@ -117,9 +124,21 @@ class DevicePlugin:
     ``detect``: optional callable returning "" when the hardware seems present, else why not.
     """
 
-    def __init__(self, name: str, version: str, runtime, ccl, *, priority: int, dlpack_types=(2, 3),
-                 kernels_dir: str | None = None, kernels_env: str | None = None,
-                 kernels_prefix: str = "uniccl_cuda", detect=None, description: str = ""):
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        runtime,
+        ccl,
+        *,
+        priority: int,
+        dlpack_types=(2, 3),
+        kernels_dir: str | None = None,
+        kernels_env: str | None = None,
+        kernels_prefix: str = "uniccl_cuda",
+        detect=None,
+        description: str = "",
+    ):
         self.name, self.version, self.priority = name, version, priority
         self.runtime_spec, self.ccl_spec = runtime, ccl
         self.dlpack_types = list(dlpack_types)
@@ -161,8 +180,11 @@ class DevicePlugin:
             var = self.kernels_env or ""  # uniccl's plugins' are in _env's table; another plugin's may not be
             path = (_env.path(var) if var in _env.VARS else os.environ.get(var, "").strip()) or ""
             if not path and self.kernels_dir:
-                found = [f for f in sorted(os.listdir(self.kernels_dir)) if f.endswith(".so")] \
-                    if os.path.isdir(self.kernels_dir) else []
+                found = (
+                    [f for f in sorted(os.listdir(self.kernels_dir)) if f.endswith(".so")]
+                    if os.path.isdir(self.kernels_dir)
+                    else []
+                )
                 path = os.path.join(self.kernels_dir, found[0]) if found else ""
             try:
                 self._kernels = _Kernels(path, self.kernels_prefix) if path else _NoKernels()
@@ -179,8 +201,13 @@ class DevicePlugin:
     # ------------------------------------------------------------------ probe
     @hookimpl
     def uniccl_platform_info(self) -> dict:
-        return {"name": self.name, "version": self.version, "api_version": API, "priority": self.priority,
-                "description": self.description}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "api_version": API,
+            "priority": self.priority,
+            "description": self.description,
+        }
 
     @hookimpl
     def uniccl_probe(self) -> dict:
@@ -198,8 +225,11 @@ class DevicePlugin:
         n, status = rt.device_count()
         if n == 0:
             name = rt.name_of(status) or rt.spec.statuses.get(status, str(status))
-            out["reason"] = (f"no {self.runtime_spec.vendor} device: {rt.spec.prefix}GetDeviceCount returned "
-                             f"{name} ({status})" if status else f"{rt.spec.prefix}GetDeviceCount found 0 devices")
+            out["reason"] = (
+                f"no {self.runtime_spec.vendor} device: {rt.spec.prefix}GetDeviceCount returned {name} ({status})"
+                if status
+                else f"{rt.spec.prefix}GetDeviceCount found 0 devices"
+            )
             return out
         hint = self.detect() if self.detect else ""
         out["devices"] = [rt.device_info(d) for d in range(n)]
@@ -215,8 +245,11 @@ class DevicePlugin:
             # only find it: loading is for the platform a communicator chooses, or a plugin that
             # merely probes would keep the other vendor's same-named library out of the process
             path, tried = find_library(spec.search)
-            return (f"{path} (opened when a communicator uses it)" if path
-                    else f"unavailable: {spec.search.names[0]} not found (searched: {', '.join(tried)})")
+            return (
+                f"{path} (opened when a communicator uses it)"
+                if path
+                else f"unavailable: {spec.search.names[0]} not found (searched: {', '.join(tried)})"
+            )
         ccl, why = self.ccl()
         return f"{ccl.version()} ({ccl.path})" if ccl is not None else f"unavailable: {why}"
 

@@ -6,6 +6,7 @@ its symbols in ``SYMBOLS`` (role -> name without the prefix) and gives what diff
 (signatures, copies, device queries); its spec carries ``prefix``, ``vendor``,
 ``statuses`` and ``not_ready`` (the statuses that mean "work still pending").
 """
+
 from __future__ import annotations
 
 from ctypes import byref, c_void_p
@@ -16,21 +17,37 @@ from ._status import check_status
 
 class DeviceRuntime(BoundLibrary):
     KIND = "runtime"
-    SYMBOLS = {"set_device": "SetDevice", "malloc": "Malloc", "free": "Free", "malloc_host": "MallocHost",
-               "free_host": "FreeHost", "stream_create": "StreamCreate", "stream_destroy": "StreamDestroy",
-               "stream_synchronize": "StreamSynchronize", "event_create": "EventCreate",
-               "event_destroy": "EventDestroy", "event_record": "EventRecord", "event_query": "EventQuery",
-               "event_synchronize": "EventSynchronize"}
+    SYMBOLS = {
+        "set_device": "SetDevice",
+        "malloc": "Malloc",
+        "free": "Free",
+        "malloc_host": "MallocHost",
+        "free_host": "FreeHost",
+        "stream_create": "StreamCreate",
+        "stream_destroy": "StreamDestroy",
+        "stream_synchronize": "StreamSynchronize",
+        "event_create": "EventCreate",
+        "event_destroy": "EventDestroy",
+        "event_record": "EventRecord",
+        "event_query": "EventQuery",
+        "event_synchronize": "EventSynchronize",
+    }
 
     def call(self, name: str, *args, op: str | None = None) -> None:
         fn = self._fns.get(name)
         if fn is None:
             from .._errors import VendorError
 
-            raise VendorError(f"{self.spec.prefix}{name} is not exported by {self.path}", op=op,
-                              call=self.spec.prefix + name, code=-1, status_name="missing symbol")
-        check_status(fn(*args), self.spec.prefix + name, self.spec.vendor, self.spec.statuses,
-                     name_of=self.name_of, op=op)
+            raise VendorError(
+                f"{self.spec.prefix}{name} is not exported by {self.path}",
+                op=op,
+                call=self.spec.prefix + name,
+                code=-1,
+                status_name="missing symbol",
+            )
+        check_status(
+            fn(*args), self.spec.prefix + name, self.spec.vendor, self.spec.statuses, name_of=self.name_of, op=op
+        )
 
     def status(self, name: str, *args) -> int:
         """Raw status (for Query calls where "not ready" is an answer, not an error)."""

@@ -22,6 +22,7 @@ the next.  So Ctrl-C reaches every rank as SIGINT (Python's KeyboardInterrupt: `
 blocks run), a second Ctrl-C or the grace period sends SIGTERM (a rank with ``UNICCL_TRACE``
 or ``UNICCL_DUMP_DIR`` writes its files then), and whatever is left is killed.
 """
+
 from __future__ import annotations
 
 import collections
@@ -81,9 +82,15 @@ class _Reaper:
     def __init__(self):
         self.proc = None
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         start_new_session=True, close_fds=True, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _REAPER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                text=True,
+            )
         except OSError:
             pass  # no reaper: the ranks still die with us (PR_SET_PDEATHSIG), their children may not
 
@@ -163,10 +170,25 @@ class NodeJob:
     the signal already sent is not a second Ctrl-C (the wrapper under mpiexec, which may get
     one signal both from mpiexec and from the launcher's process group)."""
 
-    def __init__(self, ranks: list[int], world_size: int, argv: list[str], env: dict, *, node_rank: int = 0,
-                 nnodes: int = 1, host: str | None = None, prefix: bool = True, log_dir: str | None = None,
-                 out=None, python: str | None = None, inherit_fds: bool = False, grace: float = GRACE_S,
-                 say=None, escalate: bool = True):
+    def __init__(
+        self,
+        ranks: list[int],
+        world_size: int,
+        argv: list[str],
+        env: dict,
+        *,
+        node_rank: int = 0,
+        nnodes: int = 1,
+        host: str | None = None,
+        prefix: bool = True,
+        log_dir: str | None = None,
+        out=None,
+        python: str | None = None,
+        inherit_fds: bool = False,
+        grace: float = GRACE_S,
+        say=None,
+        escalate: bool = True,
+    ):
         self.ranks, self.world_size, self.env = ranks, world_size, env
         self.argv = program_argv(argv, python)
         self.node_rank, self.nnodes = node_rank, nnodes
@@ -186,12 +208,22 @@ class NodeJob:
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
         for local, rank in enumerate(self.ranks):
-            env = dict(os.environ, UNICCL_RANK=str(rank), UNICCL_WORLD_SIZE=str(self.world_size),
-                       UNICCL_LOCAL_RANK=str(local), UNICCL_LOCAL_SIZE=str(len(self.ranks)),
-                       UNICCL_NODE_RANK=str(self.node_rank), UNICCL_NNODES=str(self.nnodes), PYTHONUNBUFFERED="1",
-                       # torch's names, for init_process_group's default env:// (MASTER_* come in self.env)
-                       RANK=str(rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK=str(local),
-                       LOCAL_WORLD_SIZE=str(len(self.ranks)), GROUP_RANK=str(self.node_rank))
+            env = dict(
+                os.environ,
+                UNICCL_RANK=str(rank),
+                UNICCL_WORLD_SIZE=str(self.world_size),
+                UNICCL_LOCAL_RANK=str(local),
+                UNICCL_LOCAL_SIZE=str(len(self.ranks)),
+                UNICCL_NODE_RANK=str(self.node_rank),
+                UNICCL_NNODES=str(self.nnodes),
+                PYTHONUNBUFFERED="1",
+                # torch's names, for init_process_group's default env:// (MASTER_* come in self.env)
+                RANK=str(rank),
+                WORLD_SIZE=str(self.world_size),
+                LOCAL_RANK=str(local),
+                LOCAL_WORLD_SIZE=str(len(self.ranks)),
+                GROUP_RANK=str(self.node_rank),
+            )
             env.update(self.env)  # the user's -x values win
             platforms = env.get("UNICCL_PLATFORMS", "")
             if platforms:  # a mixed-vendor job: rank r takes the r-th platform (cycling)
@@ -199,9 +231,16 @@ class NodeJob:
                 env["UNICCL_PLATFORM"] = names[rank % len(names)]
             log = open(os.path.join(self.log_dir, f"rank-{rank}.log"), "w") if self.log_dir else None
             try:
-                proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                        close_fds=not self.inherit_fds, preexec_fn=_die_with_parent)
+                proc = subprocess.Popen(
+                    self.argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=not self.inherit_fds,
+                    preexec_fn=_die_with_parent,
+                )
             except OSError as exc:
                 if log:
                     log.close()
@@ -234,11 +273,18 @@ class NodeJob:
         r.ended = time.monotonic()
 
     def _record(self, rank, pid, why, code) -> dict:
-        return {"rank": rank, "host": self.host, "pid": pid, "code": code, "why": why,
-                "exit_status": exit_status(code), "node": self.node_rank}
+        return {
+            "rank": rank,
+            "host": self.host,
+            "pid": pid,
+            "code": code,
+            "why": why,
+            "exit_status": exit_status(code),
+            "node": self.node_rank,
+        }
 
     def check(self) -> str:
-        """"running", "done" (every rank exited 0) or "failed" (``self.failure`` says who)."""
+        """ "running", "done" (every rank exited 0) or "failed" (``self.failure`` says who)."""
         if self.failure:
             return "failed"
         codes = [(r, r.proc.poll()) for r in self.procs]
@@ -284,8 +330,7 @@ class NodeJob:
             self._reaper.done()
             self._reaper = None
 
-    def run(self, timeout: float | None = None, stop_event: threading.Event | None = None,
-            on_failure=None) -> str:
+    def run(self, timeout: float | None = None, stop_event: threading.Event | None = None, on_failure=None) -> str:
         """Start, watch until done, failed, timed out, :meth:`request_stop` or ``stop_event``
         (a SIGTERM request); then stop what is left, signal by signal (see the module doc)."""
         self.start()
@@ -304,8 +349,10 @@ class NodeJob:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     state = "timeout"
-                    self.say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM to every "
-                             f"rank (SIGKILL {self.grace:g} s later)")
+                    self.say(
+                        f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM to every "
+                        f"rank (SIGKILL {self.grace:g} s later)"
+                    )
                     break
                 time.sleep(0.02)
             if state == "failed" and on_failure is not None:
@@ -351,10 +398,15 @@ class NodeJob:
                     _killpg(r.proc.pid, sig)
                 step_end = now + self.grace
                 if why is not None:
-                    then = "" if sig == signal.SIGKILL else \
-                        f" (again, or {self.grace:g} s later: {LADDER[LADDER.index(sig) + 1].name})"
-                    self.say(f"{why}: sent {sig.name} to rank{'s' * (len(live) > 1)} "
-                             f"{', '.join(str(r.rank) for r in live)}{then}")
+                    then = (
+                        ""
+                        if sig == signal.SIGKILL
+                        else f" (again, or {self.grace:g} s later: {LADDER[LADDER.index(sig) + 1].name})"
+                    )
+                    self.say(
+                        f"{why}: sent {sig.name} to rank{'s' * (len(live) > 1)} "
+                        f"{', '.join(str(r.rank) for r in live)}{then}"
+                    )
             if level >= len(LADDER) - 1:
                 return  # SIGKILL sent: stop() reaps them
             time.sleep(0.02)
@@ -369,8 +421,10 @@ def _killpg(pid: int, sig: int) -> None:
 
 def failure_report(failure: dict, world_size: int, out=sys.stderr) -> None:
     pid = f", pid {failure['pid']}" if failure.get("pid") else ""
-    out.write(f"uniccl run: rank {failure['rank']} on host {failure['host']}{pid} {failure['why']}; "
-              f"stopping the job ({world_size} ranks)\n")
+    out.write(
+        f"uniccl run: rank {failure['rank']} on host {failure['host']}{pid} {failure['why']}; "
+        f"stopping the job ({world_size} ranks)\n"
+    )
     lines = failure.get("last_lines") or []
     if lines:
         out.write(f"uniccl run: last {len(lines)} lines of rank {failure['rank']}:\n")
@@ -386,9 +440,20 @@ def _serve_spec() -> int:
     env = dict(spec.get("env") or {})
     env["UNICCL_JOB_SECRET"] = spec["secret"]
     say = _stderr_say
-    job = NodeJob(spec["ranks"], spec["world_size"], spec["argv"], env, node_rank=spec["node_rank"],
-                  nnodes=spec["nnodes"], host=spec.get("host"), prefix=spec.get("prefix", True),
-                  log_dir=spec.get("log_dir"), out=sys.stdout, grace=spec.get("grace", GRACE_S), say=say)
+    job = NodeJob(
+        spec["ranks"],
+        spec["world_size"],
+        spec["argv"],
+        env,
+        node_rank=spec["node_rank"],
+        nnodes=spec["nnodes"],
+        host=spec.get("host"),
+        prefix=spec.get("prefix", True),
+        log_dir=spec.get("log_dir"),
+        out=sys.stdout,
+        grace=spec.get("grace", GRACE_S),
+        say=say,
+    )
     note = python_note(spec["argv"])
     if note:
         say(note)
@@ -430,6 +495,7 @@ def _status(obj) -> None:
 # ------------------------------------------------- wrapper under MPI or Slurm
 def rank_env_from_launcher(env=os.environ) -> dict:
     """``UNICCL_*`` rank variables from MPICH's, Open MPI's or Slurm's own."""
+
     def first(*names, default=None):
         for n in names:
             if env.get(n, "") != "":
@@ -446,8 +512,14 @@ def rank_env_from_launcher(env=os.environ) -> dict:
         local_size = _slurm_tasks_here(env)
     node = first("OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID", default="0")
     nnodes = first("SLURM_NNODES", "OMPI_MCA_orte_num_nodes", default="1")
-    return {"UNICCL_RANK": rank, "UNICCL_WORLD_SIZE": size, "UNICCL_LOCAL_RANK": local,
-            "UNICCL_LOCAL_SIZE": local_size or "1", "UNICCL_NODE_RANK": node, "UNICCL_NNODES": nnodes}
+    return {
+        "UNICCL_RANK": rank,
+        "UNICCL_WORLD_SIZE": size,
+        "UNICCL_LOCAL_RANK": local,
+        "UNICCL_LOCAL_SIZE": local_size or "1",
+        "UNICCL_NODE_RANK": node,
+        "UNICCL_NNODES": nnodes,
+    }
 
 
 def _slurm_tasks_here(env) -> str:
@@ -463,9 +535,17 @@ def _slurm_tasks_here(env) -> str:
 def _wrap_one(argv: list[str]) -> int:
     ids = rank_env_from_launcher()
     rank, size = int(ids["UNICCL_RANK"]), int(ids["UNICCL_WORLD_SIZE"])
-    job = NodeJob([rank], size, argv, ids, node_rank=int(ids["UNICCL_NODE_RANK"]), nnodes=int(ids["UNICCL_NNODES"]),
-                  prefix=os.environ.get("UNICCL_PREFIX", "1") != "0", inherit_fds=True,  # PMI may pass an fd
-                  escalate=False)  # the same signal may come from mpiexec and from the launcher's group
+    job = NodeJob(
+        [rank],
+        size,
+        argv,
+        ids,
+        node_rank=int(ids["UNICCL_NODE_RANK"]),
+        nnodes=int(ids["UNICCL_NNODES"]),
+        prefix=os.environ.get("UNICCL_PREFIX", "1") != "0",
+        inherit_fds=True,  # PMI may pass an fd
+        escalate=False,
+    )  # the same signal may come from mpiexec and from the launcher's group
     caught = []
 
     def forward(sig, _frame):  # the rank gets what the wrapper got: SIGINT stays SIGINT

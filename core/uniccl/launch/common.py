@@ -1,6 +1,7 @@
 """What every launcher of ``uniccl run`` shares: the job's rendezvous, signal forwarding, the
 exit status of a stopped job, and the few address helpers (``run`` and ``remote`` import this;
 it imports neither)."""
+
 from __future__ import annotations
 
 import signal

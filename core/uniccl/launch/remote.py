@@ -8,6 +8,7 @@ prefixed output back; the first failure any agent reports stops every node.
 Ctrl-C (or SIGTERM) here is passed to every agent (``signal SIGINT`` on its stdin), which
 sends it to its ranks and escalates after the grace as the local launcher does.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ class _Agent:
 
     def __init__(self, node, ranks, argv, events: queue.Queue):
         self.node, self.ranks, self.events = node, ranks, events
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         self.err_tail: list[str] = []
         self.status = None
         threading.Thread(target=self._relay, daemon=True).start()
@@ -50,7 +52,7 @@ class _Agent:
         for raw in iter(self.proc.stdout.readline, b""):
             line = raw.decode(errors="replace")
             if line.startswith(_agent.STATUS_MARK):
-                self.status = json.loads(line[len(_agent.STATUS_MARK):])
+                self.status = json.loads(line[len(_agent.STATUS_MARK) :])
                 self.events.put((self, self.status))
             else:
                 sys.stdout.write(line)
@@ -58,10 +60,23 @@ class _Agent:
         code = self.proc.wait()
         if self.status is None:  # the agent died or ssh lost the node before it could report
             tail = "; ".join(self.err_tail[-3:]) or "no output"
-            self.events.put((self, {"state": "failed", "failure": {
-                "rank": self.ranks[0] if self.ranks else -1, "host": self.node.label, "pid": None, "code": code,
-                "exit_status": _agent.exit_status(code) or 255, "last_lines": self.err_tail[-10:],
-                "why": f"(node {self.node.label}: ssh/agent {_agent.describe_exit(code)}: {tail})"}}))
+            self.events.put(
+                (
+                    self,
+                    {
+                        "state": "failed",
+                        "failure": {
+                            "rank": self.ranks[0] if self.ranks else -1,
+                            "host": self.node.label,
+                            "pid": None,
+                            "code": code,
+                            "exit_status": _agent.exit_status(code) or 255,
+                            "last_lines": self.err_tail[-10:],
+                            "why": f"(node {self.node.label}: ssh/agent {_agent.describe_exit(code)}: {tail})",
+                        },
+                    },
+                )
+            )
         else:
             self.events.put((self, {"state": "exited"}))
 
@@ -106,18 +121,31 @@ def run_ssh(args, nodes, argv, env, why) -> int:
     addr = args.rendezvous_addr or route_address(nodes[0].host)
     rdv = Rendezvous(addr, (args.timeout or 3600) + 60)
     used = [(node, ranks) for node, ranks in zip(nodes, placement) if ranks]
-    say(f"launcher ssh ({why}): {world} ranks on {len(used)} nodes "
-         f"({', '.join(f'{n.label}:{len(r)}' for n, r in used)}), rendezvous {addr}")
+    say(
+        f"launcher ssh ({why}): {world} ranks on {len(used)} nodes "
+        f"({', '.join(f'{n.label}:{len(r)}' for n, r in used)}), rendezvous {addr}"
+    )
     events: queue.Queue = queue.Queue()
     agents = []
     # torch's store: rank 0 listens on the first node (the port is one free here: the best guess there is)
     torch = {"MASTER_ADDR": host_address(used[0][0].host), "MASTER_PORT": str(free_port())}
     for k, (node, ranks) in enumerate(used):
-        spec = {"ranks": ranks, "world_size": world, "argv": argv, "node_rank": k, "nnodes": len(used),
-                "host": node.label, "prefix": args.prefix, "log_dir": args.log_dir, "secret": rdv.secret,
-                "grace": args.grace, "env": {**torch, **env, **rdv.env, "UNICCL_BOOTSTRAP": "tcp"}}
-        agent = _Agent(node, ranks, _ssh.ssh_argv(node, [node.python or "python3", "-m", "uniccl._agent"],
-                                                   env=env), events)
+        spec = {
+            "ranks": ranks,
+            "world_size": world,
+            "argv": argv,
+            "node_rank": k,
+            "nnodes": len(used),
+            "host": node.label,
+            "prefix": args.prefix,
+            "log_dir": args.log_dir,
+            "secret": rdv.secret,
+            "grace": args.grace,
+            "env": {**torch, **env, **rdv.env, "UNICCL_BOOTSTRAP": "tcp"},
+        }
+        agent = _Agent(
+            node, ranks, _ssh.ssh_argv(node, [node.python or "python3", "-m", "uniccl._agent"], env=env), events
+        )
         agent.send(json.dumps(spec) + "\n")
         agents.append(agent)
     caught: list = []
@@ -176,4 +204,3 @@ def _stop_all(agents, grace: float = _agent.GRACE_S) -> None:
         except subprocess.TimeoutExpired:
             _agent._killpg(agent.proc.pid, signal.SIGKILL)  # ssh dies, the agent sees EOF and stops
             agent.proc.wait()
-

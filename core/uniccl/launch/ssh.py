@@ -12,6 +12,7 @@ Safety rules:
 All node operations run in parallel threads and return ``{node.label: reason}`` for
 the nodes that failed instead of raising half-way.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,15 +29,32 @@ from concurrent.futures import ThreadPoolExecutor
 from .._errors import InvalidArgument
 from .cluster import Node, check_host, check_user, default_workdir
 
-__all__ = ["ssh_argv", "remote_command", "check_reachable", "sync", "build",
-           "build_wheelhouse", "print_progress", "DEFAULT_EXCLUDES"]
+__all__ = [
+    "ssh_argv",
+    "remote_command",
+    "check_reachable",
+    "sync",
+    "build",
+    "build_wheelhouse",
+    "print_progress",
+    "DEFAULT_EXCLUDES",
+]
 
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ssh flags that take a value in the next word (man ssh)
 _SSH_VALUE_FLAGS = set("BbcDEeFIiJLlmOoPpRSWw")
 # build outputs and environments that belong to one host: never copied to another
-DEFAULT_EXCLUDES = (".git/", ".venv*/", "build/", "dist/", "__pycache__/", "*.egg-info/",
-                    ".pytest_cache/", ".uniccl-venv/", ".uniccl-wheelhouse/")
+DEFAULT_EXCLUDES = (
+    ".git/",
+    ".venv*/",
+    "build/",
+    "dist/",
+    "__pycache__/",
+    "*.egg-info/",
+    ".pytest_cache/",
+    ".uniccl-venv/",
+    ".uniccl-wheelhouse/",
+)
 VENV = ".uniccl-venv"
 WHEELHOUSE = ".uniccl-wheelhouse"
 
@@ -69,8 +87,15 @@ def _ssh_words(node: Node, extra_options=()) -> list[str]:
     """``ssh`` and its options, without the destination. ssh keeps the first value of
     an option, so BatchMode=yes cannot be undone and ConnectTimeout=5 is only the
     default."""
-    words = ["ssh", "-o", "BatchMode=yes", *_option_words(extra_options),
-             *_option_words(node.ssh_options), "-o", "ConnectTimeout=5"]
+    words = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        *_option_words(extra_options),
+        *_option_words(node.ssh_options),
+        "-o",
+        "ConnectTimeout=5",
+    ]
     if node.port is not None:
         words += ["-p", str(int(node.port))]
     return words
@@ -97,12 +122,10 @@ def _remote_path(path: str) -> str:
 def _prepend(var: str, paths) -> str:
     # the remote's own value is kept after ours; an unset or empty one adds no
     # trailing ':' (which would mean the current directory)
-    return (f"export {var}=" + ":".join(_remote_path(p) for p in paths)
-            + f'"${{{var}:+:${var}}}"')
+    return f"export {var}=" + ":".join(_remote_path(p) for p in paths) + f'"${{{var}:+:${var}}}"'
 
 
-def remote_command(remote_argv, *, env=None, workdir=None, path_prepend=(),
-                   ld_library_path_prepend=()) -> str:
+def remote_command(remote_argv, *, env=None, workdir=None, path_prepend=(), ld_library_path_prepend=()) -> str:
     """The one POSIX shell string ssh runs: ``cd -- WD && export K=V && ... && exec ARGV``.
 
     ``export`` rather than ``env K=V``: the shell does not reread the values and an
@@ -111,8 +134,7 @@ def remote_command(remote_argv, *, env=None, workdir=None, path_prepend=(),
     """
     argv = list(remote_argv)
     if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-        raise _bad("the remote command must be a non-empty list of strings without NUL",
-                   "program")
+        raise _bad("the remote command must be a non-empty list of strings without NUL", "program")
     if argv[0].startswith("-"):
         raise _bad(f"program name {argv[0]!r} must not start with '-'", "program")
     parts = []
@@ -133,20 +155,25 @@ def remote_command(remote_argv, *, env=None, workdir=None, path_prepend=(),
     return " && ".join(parts)
 
 
-def ssh_argv(node: Node, remote_argv, *, env: dict | None = None, workdir: str | None = None,
-             extra_options=()) -> list[str]:
+def ssh_argv(
+    node: Node, remote_argv, *, env: dict | None = None, workdir: str | None = None, extra_options=()
+) -> list[str]:
     """argv that runs ``remote_argv`` on ``node`` over ssh in ``workdir`` (None: the
     node's; ``""``: the remote home) with the node's env and PATH/LD_LIBRARY_PATH
     prepends, then ``env`` over the node's env."""
     merged = {**node.env, **(env or {})}
-    cmd = remote_command(remote_argv, env=merged,
-                         workdir=node.workdir if workdir is None else workdir,
-                         path_prepend=node.path_prepend,
-                         ld_library_path_prepend=node.ld_library_path_prepend)
+    cmd = remote_command(
+        remote_argv,
+        env=merged,
+        workdir=node.workdir if workdir is None else workdir,
+        path_prepend=node.path_prepend,
+        ld_library_path_prepend=node.ld_library_path_prepend,
+    )
     return [*_ssh_words(node, extra_options), _destination(node), "--", cmd]
 
 
 # parallel runs ------------------------------------------------------------------------
+
 
 def print_progress(label: str | None, message: str) -> None:
     """A progress callback for terminals: ``[host] message``; label None is a summary."""
@@ -169,8 +196,9 @@ def _guarded(fn):
             return fn(node)
         except InvalidArgument as e:
             return str(e)
-        except OSError as e:            # e.g. no ssh or rsync client
+        except OSError as e:  # e.g. no ssh or rsync client
             return f"{type(e).__name__}: {e}"
+
     return run
 
 
@@ -182,13 +210,13 @@ def _last_line(text: str, default: str) -> str:
 def _stream(argv, on_line, timeout: float) -> tuple[int | None, str]:
     """Run argv, calling on_line for every line (or carriage-return update) of its
     merged output; returns (exit status or None on timeout, the output's tail)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     expired = threading.Event()
 
     def expire():
         expired.set()
         proc.kill()
+
     timer = threading.Timer(timeout, expire)
     timer.start()
     tail, buf = [], b""
@@ -215,12 +243,16 @@ def _stream(argv, on_line, timeout: float) -> tuple[int | None, str]:
 
 def check_reachable(nodes, timeout: float = 10) -> dict[str, str]:
     """Log in to every node at once; {label: why} for those that cannot be used."""
+
     def probe(node):
-        argv = [*_ssh_words(node, ["-o", f"ConnectTimeout={max(1, int(timeout))}"]),
-                _destination(node), "--", "echo uniccl-ok"]
+        argv = [
+            *_ssh_words(node, ["-o", f"ConnectTimeout={max(1, int(timeout))}"]),
+            _destination(node),
+            "--",
+            "echo uniccl-ok",
+        ]
         try:
-            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                 text=True, timeout=timeout + 5)
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout + 5)
         except subprocess.TimeoutExpired:
             return f"no answer within {timeout + 5:g} s"
         if res.returncode != 0:
@@ -228,17 +260,18 @@ def check_reachable(nodes, timeout: float = 10) -> dict[str, str]:
         if "uniccl-ok" not in res.stdout:
             return f"unexpected output from the remote shell: {_last_line(res.stdout, '')!r}"
         return None
+
     return _each(nodes, probe)
 
 
 # rsync --------------------------------------------------------------------------------
 
+
 def _check_target(workdir: str, argument: str = "workdir") -> None:
     # rsync --delete makes the target a mirror: never the home, /, or a top folder
     norm = workdir.rstrip("/")
     if norm in ("", ".", "~", "..") or (norm.startswith("/") and norm.count("/") < 2):
-        raise _bad(f"refusing to sync into {workdir!r}: --delete would empty it; use a "
-                   "dedicated folder", argument)
+        raise _bad(f"refusing to sync into {workdir!r}: --delete would empty it; use a dedicated folder", argument)
 
 
 def _rsync_dest(node: Node, path: str) -> str:
@@ -251,32 +284,44 @@ def _rsync_dest(node: Node, path: str) -> str:
 
 def _rsync(node: Node, src: str, dest_dir: str, excludes, report, timeout: float) -> str | None:
     check_host(node.host)
-    ssh_cmd = " ".join(shlex.quote(w) for w in _ssh_words(node))   # rsync splits it itself
-    argv = ["rsync", "-a", "-s", "--delete", "--info=progress2", "--no-inc-recursive",
-            *[f"--exclude={e}" for e in excludes], "-e", ssh_cmd,
-            # the remote shell creates the target (and its parents) before rsync starts
-            "--rsync-path", f"mkdir -p -- {_remote_path(dest_dir)} && rsync",
-            src.rstrip("/") + "/", _rsync_dest(node, dest_dir)]
+    ssh_cmd = " ".join(shlex.quote(w) for w in _ssh_words(node))  # rsync splits it itself
+    argv = [
+        "rsync",
+        "-a",
+        "-s",
+        "--delete",
+        "--info=progress2",
+        "--no-inc-recursive",
+        *[f"--exclude={e}" for e in excludes],
+        "-e",
+        ssh_cmd,
+        # the remote shell creates the target (and its parents) before rsync starts
+        "--rsync-path",
+        f"mkdir -p -- {_remote_path(dest_dir)} && rsync",
+        src.rstrip("/") + "/",
+        _rsync_dest(node, dest_dir),
+    ]
     last = [0.0]
 
     def on_line(line):
         m = re.search(r"\s(\d+)%", " " + line)
-        if m and time.monotonic() - last[0] > 0.5:     # at most two updates a second
+        if m and time.monotonic() - last[0] > 0.5:  # at most two updates a second
             last[0] = time.monotonic()
             report(f"{m.group(1)}%  {line.split()[0]} bytes")
+
     rc, tail = _stream(argv, on_line, timeout)
     if rc is None:
         return f"rsync did not finish within {timeout:g} s"
     if rc != 0:
         # ssh's own message says more than rsync's closing "rsync error: ..." lines
-        lines = [ln for ln in tail.splitlines() if not ln.startswith("rsync")
-                 and not re.match(r"[\d,.]+[kMGT]?\s+\d+%", ln)]
+        lines = [
+            ln for ln in tail.splitlines() if not ln.startswith("rsync") and not re.match(r"[\d,.]+[kMGT]?\s+\d+%", ln)
+        ]
         return f"{_last_line(lines[-1] if lines else tail, 'rsync failed')} (rsync exit {rc})"
     return None
 
 
-def sync(nodes, src_dir, *, progress=None, excludes=DEFAULT_EXCLUDES,
-         timeout: float = 1800) -> dict[str, str]:
+def sync(nodes, src_dir, *, progress=None, excludes=DEFAULT_EXCLUDES, timeout: float = 1800) -> dict[str, str]:
     """Mirror ``src_dir`` into every node's workdir (rsync -a --delete over ssh, all
     nodes at once; a node without a workdir gets ``default_workdir(src_dir)``).
     ``progress(label, message)`` gets live per-node lines and, with label None, the
@@ -295,11 +340,10 @@ def sync(nodes, src_dir, *, progress=None, excludes=DEFAULT_EXCLUDES,
     def one(node):
         t0 = time.monotonic()
         report(node.label, f"syncing {src_dir} -> {node.workdir}")
-        reason = _rsync(node, src_dir, node.workdir, excludes,
-                        lambda m: report(node.label, m), timeout)
-        report(node.label, f"FAILED: {reason}" if reason else
-               f"synced in {time.monotonic() - t0:.1f} s")
+        reason = _rsync(node, src_dir, node.workdir, excludes, lambda m: report(node.label, m), timeout)
+        report(node.label, f"FAILED: {reason}" if reason else f"synced in {time.monotonic() - t0:.1f} s")
         return reason
+
     failures = _each(nodes, one)
     report(None, _summary("synced", nodes, failures, start))
     return failures
@@ -315,8 +359,10 @@ def _summary(verb: str, nodes, failures: dict, start: float) -> str:
 
 # build --------------------------------------------------------------------------------
 
-def build_wheelhouse(project_dir, platforms, dest, *, progress=None,
-                     python: str = sys.executable, timeout: float = 1800) -> None:
+
+def build_wheelhouse(
+    project_dir, platforms, dest, *, progress=None, python: str = sys.executable, timeout: float = 1800
+) -> None:
     """Wheels of the project, the plugins of ``platforms`` and all their dependencies
     in ``dest``, built once here (the nodes may have no internet)."""
     project_dir = os.path.abspath(os.fspath(project_dir))
@@ -325,19 +371,33 @@ def build_wheelhouse(project_dir, platforms, dest, *, progress=None,
     for platform in sorted(set(platforms)):
         plugin = os.path.join(project_dir, "plugins", platform)
         if not os.path.isfile(os.path.join(plugin, "pyproject.toml")):
-            raise _bad(f"no plugin for platform {platform!r} ({plugin} has no pyproject.toml)",
-                       "platform")
+            raise _bad(f"no plugin for platform {platform!r} ({plugin} has no pyproject.toml)", "platform")
         targets.append(plugin)
-    argv = [python, "-m", "pip", "wheel", "--disable-pip-version-check", "--progress-bar",
-            "off", "--wheel-dir", os.fspath(dest), *targets]
+    argv = [
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "--wheel-dir",
+        os.fspath(dest),
+        *targets,
+    ]
     report("local", f"building wheels: {' '.join(os.path.relpath(t, project_dir) for t in targets)}")
-    rc, tail = _stream(argv, lambda line: report("local", line)
-                       if line.startswith(("Building", "Created", "Saved", "Collecting"))
-                       else None, timeout)
+    rc, tail = _stream(
+        argv,
+        lambda line: report("local", line) if line.startswith(("Building", "Created", "Saved", "Collecting")) else None,
+        timeout,
+    )
     if rc != 0:
-        raise InvalidArgument("building the wheels failed: " + (
-            f"timed out after {timeout:g} s" if rc is None else _last_line(tail, f"exit {rc}")),
-            op="run", argument="--build")
+        raise InvalidArgument(
+            "building the wheels failed: "
+            + (f"timed out after {timeout:g} s" if rc is None else _last_line(tail, f"exit {rc}")),
+            op="run",
+            argument="--build",
+        )
 
 
 # Runs on the node, in its workdir, with the node's env: a venv with its python (kept
@@ -359,8 +419,7 @@ echo "UNICCL_VENV_PYTHON=$PWD/$2/bin/python"
 """
 
 
-def build(nodes, project_dir, *, progress=None, wheelhouse=None,
-          timeout: float = 1800) -> dict[str, str]:
+def build(nodes, project_dir, *, progress=None, wheelhouse=None, timeout: float = 1800) -> dict[str, str]:
     """Install the project into ``<workdir>/.uniccl-venv`` on every node: wheels built
     once here (or taken from ``wheelhouse``), rsynced to ``<workdir>/.uniccl-wheelhouse``,
     installed on all nodes at once with ``pip --no-index``. A node that succeeds gets
@@ -377,14 +436,14 @@ def build(nodes, project_dir, *, progress=None, wheelhouse=None,
             tmp = tempfile.mkdtemp(prefix="uniccl-build-")
             wheelhouse = os.path.join(tmp, "wheelhouse")
             try:
-                build_wheelhouse(project_dir, {n.platform or "cpu" for n in nodes}, wheelhouse,
-                                 progress=progress, timeout=timeout)
+                build_wheelhouse(
+                    project_dir, {n.platform or "cpu" for n in nodes}, wheelhouse, progress=progress, timeout=timeout
+                )
             except InvalidArgument as e:
                 failures = {node.label: str(e) for node in nodes}
                 report(None, _summary("built", nodes, failures, start))
                 return failures
-        failures = _each(nodes, lambda node: _install(node, os.fspath(wheelhouse), report,
-                                                      timeout))
+        failures = _each(nodes, lambda node: _install(node, os.fspath(wheelhouse), report, timeout))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -394,7 +453,7 @@ def build(nodes, project_dir, *, progress=None, wheelhouse=None,
 
 def _install(node: Node, wheelhouse: str, report, timeout: float) -> str | None:
     t0 = time.monotonic()
-    say = lambda m: report(node.label, m)       # noqa: E731
+    say = lambda m: report(node.label, m)  # noqa: E731
     wd = node.workdir.rstrip("/")
     target = f"{wd}/{WHEELHOUSE}"
     _check_target(target)
@@ -404,8 +463,9 @@ def _install(node: Node, wheelhouse: str, report, timeout: float) -> str | None:
         say(f"FAILED: {reason}")
         return reason
     python = node.python or "python3"
-    argv = ssh_argv(node, ["sh", "-c", _INSTALL, "sh", python, VENV, node.platform or "cpu",
-                           WHEELHOUSE], workdir=node.workdir)
+    argv = ssh_argv(
+        node, ["sh", "-c", _INSTALL, "sh", python, VENV, node.platform or "cpu", WHEELHOUSE], workdir=node.workdir
+    )
     found = []
 
     def on_line(line):
@@ -413,10 +473,14 @@ def _install(node: Node, wheelhouse: str, report, timeout: float) -> str | None:
             found.append(line.split("=", 1)[1])
         else:
             say(line)
+
     rc, tail = _stream(argv, on_line, timeout)
     if rc != 0 or not found:
-        reason = (f"installing did not finish within {timeout:g} s" if rc is None else
-                  f"{_last_line(tail, 'install failed')} (exit {rc})")
+        reason = (
+            f"installing did not finish within {timeout:g} s"
+            if rc is None
+            else f"{_last_line(tail, 'install failed')} (exit {rc})"
+        )
         say(f"FAILED: {reason}")
         return reason
     node.python = found[-1]

@@ -23,6 +23,7 @@ handler until the call returns, so a watcher thread reads ``signal.set_wakeup_fd
 does the same at once.  Ctrl-C stays Python's KeyboardInterrupt: the files are written at
 exit.  Nothing of this is on the per-call path.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -49,8 +50,22 @@ def capacity() -> int:
 
 
 # An entry is a list (cheaper to make than an object): these are its fields, in order.
-FIELDS = ("seq", "op", "dtype", "count", "root", "peer", "path", "state", "t_enqueued", "t_started",
-          "t_completed", "code", "line", "error")
+FIELDS = (
+    "seq",
+    "op",
+    "dtype",
+    "count",
+    "root",
+    "peer",
+    "path",
+    "state",
+    "t_enqueued",
+    "t_started",
+    "t_completed",
+    "code",
+    "line",
+    "error",
+)
 SEQ, OP, DTYPE, COUNT, ROOT, PEER, PATH, STATE, T_ENQ, T_START, T_END, CODE, LINE, ERROR = range(len(FIELDS))
 
 
@@ -72,8 +87,22 @@ class FlightRecorder:
         """Record a call of ``op`` made from ``frame`` (the caller's: where the user called)."""
         if not self.enabled:
             return None
-        entry = [None, op, None, None, None, None, "", "enqueued", time.time(), None, None, frame.f_code,
-                 frame.f_lineno, None]
+        entry = [
+            None,
+            op,
+            None,
+            None,
+            None,
+            None,
+            "",
+            "enqueued",
+            time.time(),
+            None,
+            None,
+            frame.f_code,
+            frame.f_lineno,
+            None,
+        ]
         self.entries.append(entry)
         return entry
 
@@ -121,15 +150,28 @@ class FlightRecorder:
             if not isinstance(path, str):
                 d["path"] = "shm" if path.transport == "shm" else f"{path.transport}:{path.algorithm}"
             ops.append(d)
-        return {"communicator": self.name, "rank": self.rank, "size": self.size, "pid": os.getpid(),
-                "host": socket.gethostname(), "time": time.time(), "reason": reason,
-                "error": None if error is None else {"type": type(error).__name__, "message": str(error),
-                                                     "missing_ranks": getattr(error, "missing_ranks", None),
-                                                     "remote_rank": getattr(error, "remote_rank", None)},
-                "ops": ops}
+        return {
+            "communicator": self.name,
+            "rank": self.rank,
+            "size": self.size,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "time": time.time(),
+            "reason": reason,
+            "error": None
+            if error is None
+            else {
+                "type": type(error).__name__,
+                "message": str(error),
+                "missing_ranks": getattr(error, "missing_ranks", None),
+                "remote_rank": getattr(error, "remote_rank", None),
+            },
+            "ops": ops,
+        }
 
-    def dump(self, directory: str | None = None, reason: str = "on demand",
-             error: BaseException | None = None) -> str | None:
+    def dump(
+        self, directory: str | None = None, reason: str = "on demand", error: BaseException | None = None
+    ) -> str | None:
         """Write the ring as JSON; returns the file's path (None: no directory given or set)."""
         directory = directory or os.environ.get("UNICCL_DUMP_DIR")
         if not directory:
@@ -299,8 +341,13 @@ def write_all(reason: str) -> None:
             if tracer is not None:
                 for e in list(rec.entries):
                     if e[STATE] == "started" and e[T_START] is not None:
-                        tracer.span(e[OP], "calls", int(e[T_START] * 1e9), now_ns,
-                                    {"communicator": rec.name, "seq": e[SEQ], "unfinished": reason})
+                        tracer.span(
+                            e[OP],
+                            "calls",
+                            int(e[T_START] * 1e9),
+                            now_ns,
+                            {"communicator": rec.name, "seq": e[SEQ], "unfinished": reason},
+                        )
             path = rec.dump(reason=reason)
             if path:
                 written.append(path)

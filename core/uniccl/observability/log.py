@@ -1,5 +1,6 @@
 """Debug output like NCCL_DEBUG: ``UNICCL_DEBUG=WARN|INFO|TRACE``, to stderr or
 ``UNICCL_DEBUG_FILE`` (``%h`` host, ``%p`` pid, ``%r`` rank expand per process)."""
+
 from __future__ import annotations
 
 import logging
@@ -12,8 +13,13 @@ from .. import _env
 
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
-_LEVELS = {"WARN": logging.WARNING, "WARNING": logging.WARNING, "INFO": logging.INFO, "TRACE": TRACE,
-           "DEBUG": logging.DEBUG}
+_LEVELS = {
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "INFO": logging.INFO,
+    "TRACE": TRACE,
+    "DEBUG": logging.DEBUG,
+}
 
 logger = logging.getLogger("uniccl")
 _configured = False
@@ -32,8 +38,11 @@ def configure(rank: int | None = None) -> None:
         return
     path = _env.path("UNICCL_DEBUG_FILE")
     if path:
-        path = (path.replace("%h", socket.gethostname()).replace("%p", str(os.getpid()))
-                .replace("%r", str(rank if rank is not None else "")))
+        path = (
+            path.replace("%h", socket.gethostname())
+            .replace("%p", str(os.getpid()))
+            .replace("%r", str(rank if rank is not None else ""))
+        )
         handler: logging.Handler = logging.FileHandler(path)
     else:
         handler = logging.StreamHandler(sys.stderr)

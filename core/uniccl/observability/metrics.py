@@ -11,6 +11,7 @@ upper bound — and, for links, ``peer``):
 ``uniccl_link_retransmits_total``, ``uniccl_link_checksum_failures_total`` (TCP connections).
 Needs ``prometheus-client`` (``pip install uniccl[metrics]``).
 """
+
 from __future__ import annotations
 
 import threading
@@ -46,8 +47,10 @@ def serve(comm) -> int | None:
         _log.warn("UNICCL_METRICS_PORT is set but UNICCL_TELEMETRY is off: no metrics served")
         return None
     if port > 65535:
-        _log.warn(f"rank {comm.rank}: UNICCL_METRICS_PORT + local rank {comm.local_rank} = {port} is not a port: "
-                  "no metrics served")
+        _log.warn(
+            f"rank {comm.rank}: UNICCL_METRICS_PORT + local rank {comm.local_rank} = {port} is not a port: "
+            "no metrics served"
+        )
         return None
     with _lock:
         _comms.append(weakref.ref(comm))
@@ -55,8 +58,10 @@ def serve(comm) -> int | None:
             try:
                 from prometheus_client import REGISTRY, start_http_server
             except ImportError:
-                _log.warn("UNICCL_METRICS_PORT is set but prometheus-client is not installed "
-                          "(pip install 'uniccl[metrics]'): no metrics served")
+                _log.warn(
+                    "UNICCL_METRICS_PORT is set but prometheus-client is not installed "
+                    "(pip install 'uniccl[metrics]'): no metrics served"
+                )
                 _server = False
                 return None
             try:
@@ -95,15 +100,19 @@ class _Collector:
         latency = HistogramMetricFamily("uniccl_call_latency_seconds", "Call latency", labels=labels)
         failed = CounterMetricFamily("uniccl_failed_calls", "Calls that raised", labels=["communicator", "rank", "op"])
         link_labels = ["rank", "peer"]
-        link = {k: CounterMetricFamily(f"uniccl_link_{k}", h, labels=link_labels) for k, h in (
-            ("sent_bytes", "Bytes sent to the peer"),
-            ("sent_timed_bytes", "Bytes sent to the peer in messages of 32 KiB or more (timed)"),
-            ("send_seconds", "Seconds spent sending messages of 32 KiB or more to the peer"),
-            ("received_bytes", "Bytes received from the peer"),
-            ("received_timed_bytes", "Bytes received from the peer in messages of 32 KiB or more (timed)"),
-            ("receive_seconds", "Seconds spent receiving messages of 32 KiB or more from the peer"),
-            ("retransmits", "Messages sent again to the peer"),
-            ("checksum_failures", "Messages from the peer that failed their checksum"))}
+        link = {
+            k: CounterMetricFamily(f"uniccl_link_{k}", h, labels=link_labels)
+            for k, h in (
+                ("sent_bytes", "Bytes sent to the peer"),
+                ("sent_timed_bytes", "Bytes sent to the peer in messages of 32 KiB or more (timed)"),
+                ("send_seconds", "Seconds spent sending messages of 32 KiB or more to the peer"),
+                ("received_bytes", "Bytes received from the peer"),
+                ("received_timed_bytes", "Bytes received from the peer in messages of 32 KiB or more (timed)"),
+                ("receive_seconds", "Seconds spent receiving messages of 32 KiB or more from the peer"),
+                ("retransmits", "Messages sent again to the peer"),
+                ("checksum_failures", "Messages from the peer that failed their checksum"),
+            )
+        }
         meshes = set()
         for ref in list(_comms):
             comm = ref()
@@ -126,9 +135,15 @@ class _Collector:
                     if peer == mesh.rank:
                         continue
                     lv = [str(mesh.rank), str(peer)]
-                    for key, v in (("sent_bytes", tx_b), ("sent_timed_bytes", tx_t), ("send_seconds", tx_ns / 1e9),
-                                   ("received_bytes", rx_b), ("received_timed_bytes", rx_t),
-                                   ("receive_seconds", rx_ns / 1e9), ("retransmits", resent),
-                                   ("checksum_failures", bad)):
+                    for key, v in (
+                        ("sent_bytes", tx_b),
+                        ("sent_timed_bytes", tx_t),
+                        ("send_seconds", tx_ns / 1e9),
+                        ("received_bytes", rx_b),
+                        ("received_timed_bytes", rx_t),
+                        ("receive_seconds", rx_ns / 1e9),
+                        ("retransmits", resent),
+                        ("checksum_failures", bad),
+                    ):
                         link[key].add_metric(lv, v)
         yield from (calls, nbytes, seconds, latency, failed, *link.values())

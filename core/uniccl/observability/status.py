@@ -4,6 +4,7 @@ for every job, under ``/tmp/uniccl-<uid>/jobs/``), each process rewrites
 communicators is in (operation, sequence number, for how long), calls done, bus bandwidth,
 the peer a TCP wait is waiting on, retransmissions.  Nothing runs on the call path.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -53,7 +54,7 @@ def new_job_dir(keep: int = 20) -> str:
     finally:
         os.close(fd)
     old = sorted(ages, key=ages.get)
-    _safefs.remove_entries(root, old[:max(0, len(old) - keep + 1)])
+    _safefs.remove_entries(root, old[: max(0, len(old) - keep + 1)])
     return path
 
 
@@ -139,12 +140,24 @@ class _Writer:
                 comms.append(item[1])
         done = bool(comms) and all(c.get("destroyed") for c in comms)
         state = "exited" if self.exited else "finished" if done else "running"
-        return {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "time": now,
-                "state": state, "comms": comms}
+        return {
+            "rank": self.rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "time": now,
+            "state": state,
+            "comms": comms,
+        }
 
     def _comm(self, c, now: float) -> dict:
-        out = {"name": c._name, "rank": c.rank, "size": c.size, "transport": c._tuner.transport,
-               "calls": c._seq, "destroyed": c._destroyed}
+        out = {
+            "name": c._name,
+            "rank": c.rank,
+            "size": c.size,
+            "transport": c._tuner.transport,
+            "calls": c._seq,
+            "destroyed": c._destroyed,
+        }
         entries = c._flight.entries
         last = entries[-1] if entries else None
         if last is not None:

@@ -9,6 +9,7 @@ and received, retransmissions.  :meth:`Communicator.stats` returns it as a plain
 Cost per call: two clock reads and one call into C (:mod:`uniccl._counters`).  The histogram
 has four buckets per power of two of nanoseconds, so percentiles are good to about 12 %.
 """
+
 from __future__ import annotations
 
 from .. import _env
@@ -88,9 +89,15 @@ def percentile(hist, q: float) -> float:
 def _entry(op: str, size: int, calls: int, nbytes: int, ns: int, hist) -> dict:
     seconds = ns * 1e-9
     algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    return {"calls": calls, "bytes": nbytes, "seconds": seconds,
-            "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, size),
-            "p50_us": percentile(hist, 0.50) / 1e3, "p99_us": percentile(hist, 0.99) / 1e3}
+    return {
+        "calls": calls,
+        "bytes": nbytes,
+        "seconds": seconds,
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * bus_factor(op, size),
+        "p50_us": percentile(hist, 0.50) / 1e3,
+        "p99_us": percentile(hist, 0.99) / 1e3,
+    }
 
 
 def summary(t) -> dict:

@@ -13,6 +13,7 @@ each call still running then (:func:`uniccl._flight.arm_signal_dumps`):
 ``DIR/uniccl-trace-r<rank>.json``, and the communicators' :meth:`stats` beside them as
 ``DIR/uniccl-stats-r<rank>.json``, which ``uniccl report`` reads too.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -60,18 +61,40 @@ class Tracer:
 
     def write(self) -> str:
         os.makedirs(self.dir, exist_ok=True)
-        events = [{"ph": "M", "name": "process_name", "pid": self.rank, "tid": 0,
-                   "args": {"name": f"rank {self.rank} ({socket.gethostname()}, pid {os.getpid()})"}},
-                  {"ph": "M", "name": "process_sort_index", "pid": self.rank, "tid": 0,
-                   "args": {"sort_index": self.rank}}]
+        events = [
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": self.rank,
+                "tid": 0,
+                "args": {"name": f"rank {self.rank} ({socket.gethostname()}, pid {os.getpid()})"},
+            },
+            {"ph": "M", "name": "process_sort_index", "pid": self.rank, "tid": 0, "args": {"sort_index": self.rank}},
+        ]
         # (copies: this may run on the signal watcher's thread while the program adds to them)
         for track, tid in sorted(dict(self._tids).items(), key=lambda kv: kv[1]):
             events.append({"ph": "M", "name": "thread_name", "pid": self.rank, "tid": tid, "args": {"name": track}})
         for name, tid, t0, t1, args in list(self.events):
-            events.append({"ph": "X", "name": name, "cat": "uniccl", "pid": self.rank, "tid": tid,
-                           "ts": t0 / 1e3, "dur": max(0.0, (t1 - t0) / 1e3), "args": args})
-        meta = {"rank": self.rank, "size": self.size, "host": socket.gethostname(), "pid": os.getpid(),
-                "clock_offset_us": self.offset_us, "clock_rtt_us": self.rtt_us}
+            events.append(
+                {
+                    "ph": "X",
+                    "name": name,
+                    "cat": "uniccl",
+                    "pid": self.rank,
+                    "tid": tid,
+                    "ts": t0 / 1e3,
+                    "dur": max(0.0, (t1 - t0) / 1e3),
+                    "args": args,
+                }
+            )
+        meta = {
+            "rank": self.rank,
+            "size": self.size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "clock_offset_us": self.offset_us,
+            "clock_rtt_us": self.rtt_us,
+        }
         path = os.path.join(self.dir, f"uniccl-trace-r{self.rank}.json")
         _write_json(path, {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})
         stats = self.final + [c.stats() for c in (r() for r in self.comms) if c is not None and not c._destroyed]
@@ -154,8 +177,14 @@ def merge(path: str, out: str | None = None) -> str:
     if not ranks:
         raise FileNotFoundError(f"no uniccl-trace-r*.json files in {path}")
     out = out or os.path.join(path, "uniccl-trace-merged.json")
-    _write_json(out, {"traceEvents": [ev for _, events in ranks.values() for ev in events],
-                      "displayTimeUnit": "ms", "otherData": {"ranks": [meta for meta, _ in ranks.values()]}})
+    _write_json(
+        out,
+        {
+            "traceEvents": [ev for _, events in ranks.values() for ev in events],
+            "displayTimeUnit": "ms",
+            "otherData": {"ranks": [meta for meta, _ in ranks.values()]},
+        },
+    )
     return out
 
 

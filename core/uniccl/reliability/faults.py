@@ -15,6 +15,7 @@
   (``slow_rank=R`` limits that to the job's rank R);
 - ``seed=S``: the draws are seeded with S and the rank, so a run repeats exactly.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,8 +54,9 @@ class Faults:
                 else:
                     raise ValueError(f"unknown fault {key!r}")
             except ValueError as exc:
-                raise InvalidArgument(f"UNICCL_FAULT_INJECT={spec!r}: {exc}", op="init",
-                                      argument="UNICCL_FAULT_INJECT") from None
+                raise InvalidArgument(
+                    f"UNICCL_FAULT_INJECT={spec!r}: {exc}", op="init", argument="UNICCL_FAULT_INJECT"
+                ) from None
         self.seed, self.rank = seed, rank
         self._rngs: dict = {}  # one stream of draws per sending peer: a run repeats exactly
         self.injected = {"flip": 0, "drop": 0, "delay": 0}

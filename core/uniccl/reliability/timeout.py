@@ -5,6 +5,7 @@ engine watches the peers' processes, TCP sees the connection drop); the timeout
 catches the rest — a rank that never arrives, a hung peer.  Expiry raises
 :class:`uniccl.Timeout` on every rank, naming the call and the ranks waited for.
 """
+
 from __future__ import annotations
 
 from .. import _env
@@ -24,6 +25,10 @@ def check_timeout(value, op: str, rank: int):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9:
-        raise InvalidArgument(f"must be a number of seconds >= 0 (0: no timeout) or None, got {value!r}", op=op,
-                              rank=rank, argument="timeout")
+        raise InvalidArgument(
+            f"must be a number of seconds >= 0 (0: no timeout) or None, got {value!r}",
+            op=op,
+            rank=rank,
+            argument="timeout",
+        )
     return float(value)

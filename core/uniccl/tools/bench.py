@@ -33,6 +33,7 @@ under ``"run"`` (:func:`run_facts`).
 The pure helpers (size parsing, sweeps, bus factors, data and reference, table
 formatting) need no communicator; one starts only when a benchmark runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,22 +53,33 @@ import numpy as np
 
 from .._types import DType, ReduceOp, dtype_name
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-               "gather", "scatter")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
 REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter"})
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 # The size names the buffer that is split into nranks blocks; count = one block.
 SPLIT = frozenset({"all_gather", "gather", "reduce_scatter", "all_to_all", "scatter"})
 # nccl-tests' spellings (all_reduce_perf, -> allreduce): accepted for ours
-ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-           "alltoall": "all_to_all"}
+ALIASES = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+}
 ALIASES.update({f"{c.replace('_', '')}_perf": c for c in COLLECTIVES})
 ALIASES.update({f"{c}_perf": c for c in COLLECTIVES})
 
 DTYPES = tuple(dtype_name(d) for d in DType)
-_DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
-                  "double": "float64", "fp64": "float64", "bf16": "bfloat16", "char": "int8",
-                  "int": "int32"}
+_DTYPE_ALIASES = {
+    "half": "float16",
+    "fp16": "float16",
+    "float": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+    "bf16": "bfloat16",
+    "char": "int8",
+    "int": "int32",
+}
 OPS = tuple(o.name.lower() for o in ReduceOp)
 
 PERIOD = 65521  # check data repeat period: a prime, so it never lines up with power-of-two chunks
@@ -124,6 +136,7 @@ def _argtype(fn, minimum=None):
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
         return value
+
     convert.__name__ = getattr(fn, "__name__", "value")
     return convert
 
@@ -135,30 +148,62 @@ def collective_name(text: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("collective", type=collective_name, choices=COLLECTIVES + ("all",),
-                   help="collective to time, or all of them (nccl-tests' names too: allreduce, allgather, "
-                        "reducescatter, alltoall, all_reduce_perf, ...)")
-    p.add_argument("-b", "--minbytes", type=_argtype(parse_size), default=8,
-                   help="smallest size in bytes, K/M/G suffixes (default 8)")
-    p.add_argument("-e", "--maxbytes", type=_argtype(parse_size), default=64 << 20,
-                   help="largest size (default 64M)")
-    p.add_argument("-f", "--stepfactor", type=_argtype(int, 2), default=2,
-                   help="multiply the size by this between rows (default 2)")
+    p.add_argument(
+        "collective",
+        type=collective_name,
+        choices=COLLECTIVES + ("all",),
+        help="collective to time, or all of them (nccl-tests' names too: allreduce, allgather, "
+        "reducescatter, alltoall, all_reduce_perf, ...)",
+    )
+    p.add_argument(
+        "-b",
+        "--minbytes",
+        type=_argtype(parse_size),
+        default=8,
+        help="smallest size in bytes, K/M/G suffixes (default 8)",
+    )
+    p.add_argument("-e", "--maxbytes", type=_argtype(parse_size), default=64 << 20, help="largest size (default 64M)")
+    p.add_argument(
+        "-f",
+        "--stepfactor",
+        type=_argtype(int, 2),
+        default=2,
+        help="multiply the size by this between rows (default 2)",
+    )
     p.add_argument("-n", "--iters", type=_argtype(int, 1), default=20, help="timed iterations (default 20)")
-    p.add_argument("-w", "--warmup", type=_argtype(int, 0), default=5,
-                   help="untimed iterations before each measurement (default 5)")
+    p.add_argument(
+        "-w",
+        "--warmup",
+        type=_argtype(int, 0),
+        default=5,
+        help="untimed iterations before each measurement (default 5)",
+    )
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
-    p.add_argument("-d", "--datatype", type=_argtype(parse_dtypes), default=("float32",),
-                   help="dtype, comma list or 'all' (default float32)")
-    p.add_argument("-o", "--op", type=_argtype(parse_ops), default=("sum",),
-                   help="reduction op, comma list or 'all' (default sum)")
+    p.add_argument(
+        "-d",
+        "--datatype",
+        type=_argtype(parse_dtypes),
+        default=("float32",),
+        help="dtype, comma list or 'all' (default float32)",
+    )
+    p.add_argument(
+        "-o", "--op", type=_argtype(parse_ops), default=("sum",), help="reduction op, comma list or 'all' (default sum)"
+    )
     p.add_argument("-r", "--root", type=_argtype(int, 0), default=0, help="root rank (default 0)")
-    p.add_argument("--json", metavar="FILE",
-                   help="also write the rows, with the run's facts, as JSON (rank 0); '-': to stdout, "
-                        "instead of the table")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the rows, with the run's facts, as JSON (rank 0); '-': to stdout, instead of the table",
+    )
     p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a TTY")
-    p.add_argument("-np", "--np", dest="np", type=_argtype(int, 1), metavar="N",
-                   help="run on N ranks: relaunch under mpiexec (else uniccl run) unless already one of N ranks")
+    p.add_argument(
+        "-np",
+        "--np",
+        dest="np",
+        type=_argtype(int, 1),
+        metavar="N",
+        help="run on N ranks: relaunch under mpiexec (else uniccl run) unless already one of N ranks",
+    )
     p.add_argument("--run-command", help=argparse.SUPPRESS)  # -np's relaunched ranks: the user's command line
 
 
@@ -279,7 +324,7 @@ class CheckData:
         elif op == "prod":
             self.lo, self.hi, self.identity = 1, 2, 1
             self.window = min(nranks, max_pow2_exponent(dt))
-            result = (1, 2 ** self.window)
+            result = (1, 2**self.window)
         else:  # max, min, or a collective that does not reduce
             self.lo, self.hi = (0, 99) if dt.kind == "u" else (-50, 49)
             result = (self.lo, self.hi)
@@ -316,8 +361,7 @@ class CheckData:
     def reduced(self) -> np.ndarray:
         """The op over every rank's pattern, as float64 (exact by construction)."""
         if self._reduced is None:
-            combine = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
-                       "min": np.minimum}[self.op]
+            combine = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[self.op]
             acc = self.pattern(0).copy()
             for r in range(1, self.nranks):
                 combine(acc, self.pattern(r), out=acc)
@@ -344,11 +388,11 @@ class CheckData:
             exp = ref.astype(self.dtype)
             full = n // PERIOD * PERIOD
             wrong = int(np.count_nonzero(got[:full].reshape(-1, PERIOD) != exp)) if full else 0
-            return wrong + int(np.count_nonzero(got[full:] != exp[:n - full]))
+            return wrong + int(np.count_nonzero(got[full:] != exp[: n - full]))
         bound = self.tol * np.maximum(np.abs(ref), 1.0)
         ok = 0
         for lo in range(0, n, PERIOD):
-            seg = got[lo:lo + PERIOD].astype(np.float64)
+            seg = got[lo : lo + PERIOD].astype(np.float64)
             m = len(seg)
             ok += int(np.count_nonzero(np.abs(seg - ref[:m]) <= bound[:m]))  # NaN counts as wrong
         return n - ok
@@ -363,7 +407,7 @@ def tile_into(dst: np.ndarray, period: np.ndarray, start: int = 0) -> None:
     full = n // p * p
     if full:
         dst[:full].reshape(-1, p)[...] = period
-    dst[full:] = period[:n - full]
+    dst[full:] = period[: n - full]
 
 
 # ---------------------------------------------------------- one timed call
@@ -405,25 +449,28 @@ def make_case(comm, collective, send, recv, total, count, op, root, inplace) -> 
     if collective == "broadcast":
         buf = recv[:total]
         mine = r == root
-        return Case(p(comm.broadcast, buf, root), [] if mine else [buf], [(buf, 0)] if mine else [],
-                    [(buf, root, 0)])
+        return Case(p(comm.broadcast, buf, root), [] if mine else [buf], [(buf, 0)] if mine else [], [(buf, root, 0)])
     if collective in ("all_gather", "gather"):
         dst = recv[:total]
-        src = dst[r * count:(r + 1) * count] if inplace else send[:count]
+        src = dst[r * count : (r + 1) * count] if inplace else send[:count]
         if collective == "all_gather":
             run, checked = p(comm.all_gather, src, dst), True
         else:
             run, checked = p(comm.gather, src, dst, root), r == root
-        checks = [(dst[j * count:(j + 1) * count], j, 0) for j in range(n)] if checked else []
+        checks = [(dst[j * count : (j + 1) * count], j, 0) for j in range(n)] if checked else []
         return Case(run, [dst], [(src, 0)], checks)
     if collective == "all_to_all":
         src = recv[:total] if inplace else send[:total]
         dst = src if inplace else recv[:total]  # the same object means in place
-        return Case(p(comm.all_to_all, src, dst), [] if inplace else [dst], [(src, 0)],
-                    [(dst[j * count:(j + 1) * count], j, r * count) for j in range(n)])
+        return Case(
+            p(comm.all_to_all, src, dst),
+            [] if inplace else [dst],
+            [(src, 0)],
+            [(dst[j * count : (j + 1) * count], j, r * count) for j in range(n)],
+        )
     # reduce_scatter, scatter: block r of the send buffer
     src = send[:total]
-    dst = src[r * count:(r + 1) * count] if inplace else recv[:count]
+    dst = src[r * count : (r + 1) * count] if inplace else recv[:count]
     if collective == "reduce_scatter":
         run, source = p(comm.reduce_scatter, src, dst, op), REDUCED
     else:
@@ -475,8 +522,11 @@ def header_lines() -> list:
     width = len(_PREFIX.format(*[""] * 5))
     mode_w = len(_MODE.format(*[""] * 4))
     title = "#" + " " * (width - 1) + "out-of-place".center(mode_w) + "in-place".center(mode_w)
-    names = _PREFIX.format("size", "count", "type", "redop", "root") + \
-        _MODE.format("time", "algbw", "busbw", "#wrong") * 2 + "  algorithm"
+    names = (
+        _PREFIX.format("size", "count", "type", "redop", "root")
+        + _MODE.format("time", "algbw", "busbw", "#wrong") * 2
+        + "  algorithm"
+    )
     units = _PREFIX.format("(B)", "(elements)", "", "", "") + _MODE.format("(us)", "(GB/s)", "(GB/s)", "") * 2
     return [title.rstrip(), "#" + names[1:], ("#" + units[1:]).rstrip()]
 
@@ -490,16 +540,21 @@ def row_path(row: dict) -> str:
 def format_row(row: dict) -> str:
     """One table line from a row dict (see ``run_rows``); unmeasured columns are '-'; the
     last column, the algorithm, is left-aligned."""
-    out = _PREFIX.format(row["size"], row["count"], row["dtype"], row["op"] or "-",
-                         "-" if row["root"] is None else row["root"])
+    out = _PREFIX.format(
+        row["size"], row["count"], row["dtype"], row["op"] or "-", "-" if row["root"] is None else row["root"]
+    )
     for mode in ("oop", "ip"):
         t = row[f"{mode}_time_us"]
         if t is None:
             out += _MODE.format("-", "-", "-", "-")
             continue
         wrong = row[f"{mode}_wrong"]
-        out += _MODE.format(format_time(t), f"{row[f'{mode}_algbw']:.2f}", f"{row[f'{mode}_busbw']:.2f}",
-                            "N/A" if wrong is None else wrong)
+        out += _MODE.format(
+            format_time(t),
+            f"{row[f'{mode}_algbw']:.2f}",
+            f"{row[f'{mode}_busbw']:.2f}",
+            "N/A" if wrong is None else wrong,
+        )
     return f"{out}  {row_path(row)}"
 
 
@@ -612,8 +667,16 @@ def run_rows(comm, collective: str, cfg, out, progress: _Progress, facts: dict |
                         wrongs[i] = count_wrong(case, data)
                 comm.all_reduce(times)
                 comm.all_reduce(wrongs)
-                row = {"collective": collective, "size": nbytes, "count": count, "dtype": dname,
-                       "op": opname, "root": root, "nranks": n, "platform": comm.platform}
+                row = {
+                    "collective": collective,
+                    "size": nbytes,
+                    "count": count,
+                    "dtype": dname,
+                    "op": opname,
+                    "root": root,
+                    "nranks": n,
+                    "platform": comm.platform,
+                }
                 for i, mode in enumerate(("oop", "ip")):
                     measured = mode in modes(collective)
                     sec = times[i] / n  # mean over ranks, like nccl-tests
@@ -641,13 +704,18 @@ def gather_ranks(comm) -> list:
     communicator itself (an all_gather: every rank calls it; any transport)."""
     import socket
 
-    me = {"rank": comm.rank, "pid": os.getpid(), "host": socket.gethostname()[:255], "platform": comm.platform,
-          "device": getattr(comm, "device", 0)}
+    me = {
+        "rank": comm.rank,
+        "pid": os.getpid(),
+        "host": socket.gethostname()[:255],
+        "platform": comm.platform,
+        "device": getattr(comm, "device", 0),
+    }
     if comm.size < 2:
         return [me]
     raw = json.dumps(me).encode()
     send = np.zeros(_RANK_INFO_BYTES, np.uint8)
-    send[:len(raw)] = np.frombuffer(raw, np.uint8)
+    send[: len(raw)] = np.frombuffer(raw, np.uint8)
     recv = np.zeros(_RANK_INFO_BYTES * comm.size, np.uint8)
     comm.all_gather(send, recv)
     return [json.loads(bytes(block).rstrip(b"\0")) for block in recv.reshape(comm.size, -1)]
@@ -665,9 +733,13 @@ def transport_facts(comm) -> dict:
     (bootstrap "tcp" or "mpi") and, only when MPI is in use, which MPI."""
     tuner = getattr(comm, "_tuner", None)
     boot = getattr(getattr(comm, "_t", None), "name", None)
-    info = {"transport": getattr(tuner, "transport", None) or comm.stats().get("transport"),
-            "transport_why": getattr(tuner, "transport_why", None), "bootstrap": boot,
-            "launcher": launcher_name(), "mpi": None}
+    info = {
+        "transport": getattr(tuner, "transport", None) or comm.stats().get("transport"),
+        "transport_why": getattr(tuner, "transport_why", None),
+        "bootstrap": boot,
+        "launcher": launcher_name(),
+        "mpi": None,
+    }
     if boot == "mpi":
         try:
             from ..transport.mpi import library
@@ -690,8 +762,12 @@ def source_commit(package_dir: str | None = None) -> str | None:
         return str(stamped)
     here = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # uniccl/
     try:
-        tracked = subprocess.run(["git", "-C", here, "ls-files", "--error-unmatch", "__init__.py"],
-                                 capture_output=True, text=True, timeout=10)
+        tracked = subprocess.run(
+            ["git", "-C", here, "ls-files", "--error-unmatch", "__init__.py"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if tracked.returncode != 0:
             return None
         head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -715,12 +791,20 @@ def run_facts(comm, ranks: list, info: dict, command: str | None = None) -> dict
     given to -np's relaunched ranks; else this process's)."""
     from .._version import __version__
 
-    return {"uniccl": __version__, "commit": source_commit(), "transport": info["transport"],
-            "transport_why": info["transport_why"], "bootstrap": info["bootstrap"], "launcher": info["launcher"],
-            "mpi": info["mpi"], "platform": comm.platform, "ranks": comm.size,
-            "hosts": list(dict.fromkeys(r["host"] for r in ranks)),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "command": command or command_line()}
+    return {
+        "uniccl": __version__,
+        "commit": source_commit(),
+        "transport": info["transport"],
+        "transport_why": info["transport_why"],
+        "bootstrap": info["bootstrap"],
+        "launcher": info["launcher"],
+        "mpi": info["mpi"],
+        "platform": comm.platform,
+        "ranks": comm.size,
+        "hosts": list(dict.fromkeys(r["host"] for r in ranks)),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command or command_line(),
+    }
 
 
 def _preamble(comm, cfg) -> tuple:
@@ -738,33 +822,41 @@ def _preamble(comm, cfg) -> tuple:
     if comm.size < 2:
         met = "one process" + (" (an MPI singleton)" if info["bootstrap"] == "mpi" else "")
     else:
-        met = {"tcp": "ranks met over TCP", "mpi": "ranks met over MPI"}.get(info["bootstrap"],
-                                                                               f"bootstrap {info['bootstrap']}")
-        met += {"uniccl run": " (started by uniccl run)", "mpiexec": " (started by an MPI launcher)",
-                "none": ""}[info["launcher"]]
-    lines = [f"# uniccl {__version__} bench: nranks {comm.size} on {len(hosts)} host{'s' * (len(hosts) != 1)}  "
-             f"platform {comm.platform}  transport {info['transport']}{why}",
-             f"#  {met}" + (f"; MPI {info['mpi']}" if info["mpi"] else "")
-             + f"; commit {facts['commit'] or 'unknown'}; {facts['date']}",
-             f"#  sizes {format_size(cfg.minbytes)}..{format_size(cfg.maxbytes)} x{cfg.stepfactor}  "
-             f"iters {cfg.iters}  warmup {cfg.warmup}  check {cfg.check}",
-             f"#  time: mean of {cfg.iters} back-to-back calls after a barrier, averaged over ranks "
-             "(nccl-tests' method); algbw = size/time, busbw = algbw x bus factor (GB/s = 1e9 B/s)",
-             "#  size: per-rank total buffer; count: the call's count argument (elements per block "
-             "for split buffers)",
-             "#  algorithm: the path the size's calls took (transport:algorithm; shm: the shared-memory engine)",
-             "#"]
-    lines += [f"#  Rank {r['rank']:3d} Pid {r['pid']:7d} on {r['host']:>12} device {r['device']:2d} "
-              f"[{r['platform']}]" for r in ranks]
+        met = {"tcp": "ranks met over TCP", "mpi": "ranks met over MPI"}.get(
+            info["bootstrap"], f"bootstrap {info['bootstrap']}"
+        )
+        met += {"uniccl run": " (started by uniccl run)", "mpiexec": " (started by an MPI launcher)", "none": ""}[
+            info["launcher"]
+        ]
+    lines = [
+        f"# uniccl {__version__} bench: nranks {comm.size} on {len(hosts)} host{'s' * (len(hosts) != 1)}  "
+        f"platform {comm.platform}  transport {info['transport']}{why}",
+        f"#  {met}"
+        + (f"; MPI {info['mpi']}" if info["mpi"] else "")
+        + f"; commit {facts['commit'] or 'unknown'}; {facts['date']}",
+        f"#  sizes {format_size(cfg.minbytes)}..{format_size(cfg.maxbytes)} x{cfg.stepfactor}  "
+        f"iters {cfg.iters}  warmup {cfg.warmup}  check {cfg.check}",
+        f"#  time: mean of {cfg.iters} back-to-back calls after a barrier, averaged over ranks "
+        "(nccl-tests' method); algbw = size/time, busbw = algbw x bus factor (GB/s = 1e9 B/s)",
+        "#  size: per-rank total buffer; count: the call's count argument (elements per block for split buffers)",
+        "#  algorithm: the path the size's calls took (transport:algorithm; shm: the shared-memory engine)",
+        "#",
+    ]
+    lines += [
+        f"#  Rank {r['rank']:3d} Pid {r['pid']:7d} on {r['host']:>12} device {r['device']:2d} [{r['platform']}]"
+        for r in ranks
+    ]
     return lines + ["#"], facts
 
 
 def _collective_header(collective, comm, cfg) -> list:
     reducing, rooted = collective in REDUCING, collective in ROOTED
-    return [f"# Collective: {collective}  nranks {comm.size}  platform {comm.platform}",
-            f"#  dtypes {','.join(cfg.datatype)}  ops {','.join(cfg.op) if reducing else '-'}  "
-            f"root {cfg.root if rooted else '-'}  busbw factor {busbw_factor(collective, comm.size):g}",
-            "#"] + header_lines()
+    return [
+        f"# Collective: {collective}  nranks {comm.size}  platform {comm.platform}",
+        f"#  dtypes {','.join(cfg.datatype)}  ops {','.join(cfg.op) if reducing else '-'}  "
+        f"root {cfg.root if rooted else '-'}  busbw factor {busbw_factor(collective, comm.size):g}",
+        "#",
+    ] + header_lines()
 
 
 def run(comm, cfg, out=None) -> int:
@@ -794,8 +886,11 @@ def run(comm, cfg, out=None) -> int:
         if lead:
             print("\n".join(footer_lines(rows, bool(cfg.check))), file=out, flush=True)
     if lead and len(collectives) > 1:
-        print(f"# Total out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}",
-              file=out, flush=True)
+        print(
+            f"# Total out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}",
+            file=out,
+            flush=True,
+        )
     if lead and cfg.json:
         if to_stdout:
             json.dump(all_rows, sys.stdout, indent=1)
@@ -836,9 +931,27 @@ def is_open_mpi(mpiexec: str) -> bool:
 def child_argv(args, command: str | None = None) -> list:
     """The bench arguments again, without -np (for the relaunched ranks); ``command``: the
     user's command line, for the JSON's facts."""
-    argv = [args.collective, "-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.stepfactor),
-            "-n", str(args.iters), "-w", str(args.warmup), "-c", str(args.check),
-            "-d", ",".join(args.datatype), "-o", ",".join(args.op), "-r", str(args.root)]
+    argv = [
+        args.collective,
+        "-b",
+        str(args.minbytes),
+        "-e",
+        str(args.maxbytes),
+        "-f",
+        str(args.stepfactor),
+        "-n",
+        str(args.iters),
+        "-w",
+        str(args.warmup),
+        "-c",
+        str(args.check),
+        "-d",
+        ",".join(args.datatype),
+        "-o",
+        ",".join(args.op),
+        "-r",
+        str(args.root),
+    ]
     if args.json:
         argv += ["--json", args.json if args.json == "-" else os.path.abspath(args.json)]
     if args.progress or sys.stderr.isatty():  # the ranks' stderr is a pipe: ask for it
@@ -875,8 +988,9 @@ def relaunch(args):
     launched = _env_int(_LAUNCHER_SIZE_VARS)
     if launched is not None or os.environ.get(_CHILD_MARK):
         if launched is not None and launched != args.np:
-            return say_once(f"-np {args.np}, but this job already has {launched} ranks (drop -np, or start "
-                            f"{args.np} ranks)")
+            return say_once(
+                f"-np {args.np}, but this job already has {launched} ranks (drop -np, or start {args.np} ranks)"
+            )
         return None
     if args.np == 1:
         return None

@@ -7,6 +7,7 @@ differ: ranks that called another operation (or the same one with another dtype,
 count or root), ranks that never reached the call, ranks that left no dump, and the
 last call each rank completed, with the source lines.
 """
+
 from __future__ import annotations
 
 import glob
@@ -47,13 +48,24 @@ def diagnose(name: str, dumps: dict) -> dict:
     calls = {r: {op["seq"]: op for op in d["ops"] if op.get("seq") is not None} for r, d in dumps.items()}
     no_dump = sorted(set(range(size)) - set(dumps))
     waited_for = sorted({m for d in dumps.values() if d.get("error") for m in d["error"].get("missing_ranks") or ()})
-    last_done = {r: max((s for s, op in c.items() if op["state"] == "completed"), default=None)
-                 for r, c in calls.items()}
-    out = {"communicator": name, "size": size, "ranks_with_dumps": sorted(dumps), "ranks_without_dumps": no_dump,
-           "waited_for": waited_for, "last_completed": last_done, "divergence": None, "lines": []}
+    last_done = {
+        r: max((s for s, op in c.items() if op["state"] == "completed"), default=None) for r, c in calls.items()
+    }
+    out = {
+        "communicator": name,
+        "size": size,
+        "ranks_with_dumps": sorted(dumps),
+        "ranks_without_dumps": no_dump,
+        "waited_for": waited_for,
+        "last_completed": last_done,
+        "divergence": None,
+        "lines": [],
+    }
     lines = out["lines"]
-    lines.append(f"communicator {name!r}: {size} ranks, dumps from {_ranks(dumps)}"
-                 + (f"; no dump from {_ranks(no_dump)}" if no_dump else ""))
+    lines.append(
+        f"communicator {name!r}: {size} ranks, dumps from {_ranks(dumps)}"
+        + (f"; no dump from {_ranks(no_dump)}" if no_dump else "")
+    )
     # the first call some rank recorded that not every rank with a dump recorded alike
     lows = [min(c) for c in calls.values() if c]
     start = max(lows) if lows else 0  # earlier calls may have left a rank's ring
@@ -72,8 +84,9 @@ def diagnose(name: str, dumps: dict) -> dict:
         for _sig, ranks in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             op = have[ranks[0]]
             states = sorted({have[r]["state"] for r in ranks})
-            div["calls"].append({"ranks": sorted(ranks), "call": _describe(op), "site": op.get("site"),
-                                 "states": states})
+            div["calls"].append(
+                {"ranks": sorted(ranks), "call": _describe(op), "site": op.get("site"), "states": states}
+            )
             lines.append(f"  {_ranks(ranks)} called {_describe(op)} at {op.get('site')} ({', '.join(states)})")
         if len(kinds) > 1:
             lines.append("  mismatch: the ranks called different operations (or arguments) as the same call")

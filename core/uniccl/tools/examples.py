@@ -16,6 +16,7 @@ has one, else the ``examples/`` folder of the source tree this package was impor
 from (a checkout or an editable install).  A wheel ships no examples: run from the
 repository root or pass ``--dir``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,26 +40,62 @@ def _grace(timeout: float) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-e", "--filter", action="append", default=[], metavar="FILTER",
-                        help="run only examples whose file name contains FILTER, or matches it as a "
-                             "glob when it has * ? or [ (repeatable: any match)")
-    parser.add_argument("-t", "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"per-example time limit (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("-n", "--nranks", type=int, default=DEFAULT_RANKS, metavar="N",
-                        help=f"ranks per example (default {DEFAULT_RANKS})")
-    parser.add_argument("--dir", default=None, metavar="DIR",
-                        help="folder of *.py examples (default: ./examples, else the source tree's)")
-    parser.add_argument("--launcher", default="auto", metavar="L",
-                        help="launcher for `uniccl run` (default auto)")
-    parser.add_argument("--log-dir", default=".", metavar="D",
-                        help="where the uniccl-examples-<timestamp>/ log folder goes (default: .)")
+    parser.add_argument(
+        "-e",
+        "--filter",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="run only examples whose file name contains FILTER, or matches it as a "
+        "glob when it has * ? or [ (repeatable: any match)",
+    )
+    parser.add_argument(
+        "-t",
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"per-example time limit (default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "-n",
+        "--nranks",
+        type=int,
+        default=DEFAULT_RANKS,
+        metavar="N",
+        help=f"ranks per example (default {DEFAULT_RANKS})",
+    )
+    parser.add_argument(
+        "--dir",
+        default=None,
+        metavar="DIR",
+        help="folder of *.py examples (default: ./examples, else the source tree's)",
+    )
+    parser.add_argument("--launcher", default="auto", metavar="L", help="launcher for `uniccl run` (default auto)")
+    parser.add_argument(
+        "--log-dir",
+        default=".",
+        metavar="D",
+        help="where the uniccl-examples-<timestamp>/ log folder goes (default: .)",
+    )
 
 
 # ------------------------------------------------------------------ pure helpers
 def launch_argv(path, nranks: int, timeout: float, launcher: str) -> list[str]:
     """The command that runs one example as one job."""
-    return [sys.executable, "-m", "uniccl", "run", "-n", str(nranks), "--timeout", f"{timeout:g}",
-            "--launcher", launcher, str(path)]
+    return [
+        sys.executable,
+        "-m",
+        "uniccl",
+        "run",
+        "-n",
+        str(nranks),
+        "--timeout",
+        f"{timeout:g}",
+        "--launcher",
+        launcher,
+        str(path),
+    ]
 
 
 def default_dir() -> Path | None:
@@ -86,9 +123,10 @@ def matches(name: str, filters: list[str]) -> bool:
 
 def find_examples(directory: Path, filters: list[str]) -> list[Path]:
     """``*.py`` files of ``directory`` (not ``_private.py`` ones) passing ``filters``, by name."""
-    return sorted((p for p in directory.glob("*.py")
-                   if p.is_file() and not p.name.startswith("_") and matches(p.name, filters)),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in directory.glob("*.py") if p.is_file() and not p.name.startswith("_") and matches(p.name, filters)),
+        key=lambda p: p.name,
+    )
 
 
 def make_log_dir(parent: Path, now: float | None = None) -> Path:
@@ -141,7 +179,7 @@ def _descendants(pid: int) -> list[int]:
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
@@ -187,12 +225,19 @@ def run_one(path: Path, nranks: int, timeout: float, launcher: str, log: Path) -
         out.flush()
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         except OSError as exc:
             out.write(f"cannot start: {exc}\n")
-            return {"example": path.name, "ranks": nranks, "status": "FAIL", "seconds": 0.0,
-                    "returncode": None, "log": log}
+            return {
+                "example": path.name,
+                "ranks": nranks,
+                "status": "FAIL",
+                "seconds": 0.0,
+                "returncode": None,
+                "log": log,
+            }
         try:
             proc.wait(timeout=timeout + _grace(timeout))
         except subprocess.TimeoutExpired:
@@ -203,10 +248,19 @@ def run_one(path: Path, nranks: int, timeout: float, launcher: str, log: Path) -
             raise
         elapsed = time.monotonic() - t0
         status = classify(proc.returncode, elapsed, timeout, killed)
-        out.write(f"# {status}: exit code {proc.returncode} after {elapsed:.2f} s"
-                  + (f" (killed after the {timeout:g} s limit)" if killed else "") + "\n")
-    return {"example": path.name, "ranks": nranks, "status": status, "seconds": elapsed,
-            "returncode": proc.returncode, "log": log}
+        out.write(
+            f"# {status}: exit code {proc.returncode} after {elapsed:.2f} s"
+            + (f" (killed after the {timeout:g} s limit)" if killed else "")
+            + "\n"
+        )
+    return {
+        "example": path.name,
+        "ranks": nranks,
+        "status": status,
+        "seconds": elapsed,
+        "returncode": proc.returncode,
+        "log": log,
+    }
 
 
 def _tail(path: Path, lines: int = 6) -> str:
@@ -226,9 +280,11 @@ def main(args) -> int:
         return 2
     directory = Path(args.dir) if args.dir is not None else default_dir()
     if directory is None:
-        print("uniccl examples: no examples folder: ./examples does not exist and this uniccl was "
-              "not imported from a source tree; run from the repository root or pass --dir DIR",
-              file=sys.stderr)
+        print(
+            "uniccl examples: no examples folder: ./examples does not exist and this uniccl was "
+            "not imported from a source tree; run from the repository root or pass --dir DIR",
+            file=sys.stderr,
+        )
         return 2
     if not directory.is_dir():
         print(f"uniccl examples: {directory} is not a folder", file=sys.stderr)
@@ -239,12 +295,14 @@ def main(args) -> int:
         print(f"uniccl examples: no *.py examples{what} in {directory}", file=sys.stderr)
         return 2
     log_dir = make_log_dir(Path(args.log_dir)).resolve()
-    print(f"running {len(examples)} example(s) from {directory} on {args.nranks} rank(s), "
-          f"launcher {args.launcher}, timeout {args.timeout:g} s; logs in {log_dir}", flush=True)
+    print(
+        f"running {len(examples)} example(s) from {directory} on {args.nranks} rank(s), "
+        f"launcher {args.launcher}, timeout {args.timeout:g} s; logs in {log_dir}",
+        flush=True,
+    )
     rows = []
     for path in examples:
-        row = run_one(path.resolve(), args.nranks, args.timeout, args.launcher,
-                      log_dir / (path.stem + ".log"))
+        row = run_one(path.resolve(), args.nranks, args.timeout, args.launcher, log_dir / (path.stem + ".log"))
         rows.append(row)
         print(f"  {row['status']:<7} {row['example']} ({row['seconds']:.2f} s)", flush=True)
     print()

@@ -1,4 +1,5 @@
 """``uniccl.info()`` / ``uniccl info``: what is installed, what works, and why."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,18 @@ def info() -> dict:
     mgr = manager()
     plugins = []
     for rec in mgr.discover():
-        entry = {"name": rec.name, "distribution": rec.distribution, "version": rec.version,
-                 "priority": rec.priority, "state": rec.state, "reason": rec.reason,
-                 "devices": rec.probe.get("devices", []), "versions": rec.probe.get("versions", {}),
-                 "kernels": rec.probe.get("kernels", ""), "transports": ["mpi"]}
+        entry = {
+            "name": rec.name,
+            "distribution": rec.distribution,
+            "version": rec.version,
+            "priority": rec.priority,
+            "state": rec.state,
+            "reason": rec.reason,
+            "devices": rec.probe.get("devices", []),
+            "versions": rec.probe.get("versions", {}),
+            "kernels": rec.probe.get("kernels", ""),
+            "transports": ["mpi"],
+        }
         if rec.module is not None:
             transports = mgr.backend(rec).transports
             if transports is not None:
@@ -40,18 +49,29 @@ def info() -> dict:
         mpi_info = dict(library(), mpi4py=mpi4py.__version__)
     except Exception as exc:  # info must work even when MPI is broken
         mpi_info = {"name": None, "error": str(exc)}
-    return {"uniccl": __version__, "plugins": plugins, "chosen": choice, "mpi": mpi_info,
-            "python": sys.version.split()[0], "numpy": numpy.__version__,
-            "host": _platform.node(), "machine": _platform.machine()}
+    return {
+        "uniccl": __version__,
+        "plugins": plugins,
+        "chosen": choice,
+        "mpi": mpi_info,
+        "python": sys.version.split()[0],
+        "numpy": numpy.__version__,
+        "host": _platform.node(),
+        "machine": _platform.machine(),
+    }
 
 
 def format_info(data: dict) -> str:
-    lines = [f"uniccl {data['uniccl']}  (python {data['python']}, numpy {data['numpy']}, "
-             f"host {data['host']} {data['machine']})"]
+    lines = [
+        f"uniccl {data['uniccl']}  (python {data['python']}, numpy {data['numpy']}, "
+        f"host {data['host']} {data['machine']})"
+    ]
     m = data["mpi"]
     if m.get("name"):
-        lines.append(f"MPI: {m['name']} {m['version']} (MPI {m['standard']}, thread level "
-                     f"{m['thread_level']}, mpi4py {m['mpi4py']})")
+        lines.append(
+            f"MPI: {m['name']} {m['version']} (MPI {m['standard']}, thread level "
+            f"{m['thread_level']}, mpi4py {m['mpi4py']})"
+        )
     else:
         lines.append(f"MPI: unavailable: {m.get('error')}")
     lines.append("plugins:")
@@ -84,10 +104,17 @@ def all_ranks(as_json: bool = False) -> int:
         probe = comm._backend.record.probe
         devices = probe.get("devices") or [{}]
         dev = devices[comm.device] if comm.device < len(devices) else {}
-        row = {"rank": comm.rank, "host": socket.gethostname(), "platform": comm.platform,
-               "device": comm.device, "device_name": dev.get("name", ""), "local_rank": comm.local_rank,
-               "transport": comm._tuner.transport, "native": comm._native.name if comm._native else "",
-               "kernels": str(probe.get("kernels", ""))}
+        row = {
+            "rank": comm.rank,
+            "host": socket.gethostname(),
+            "platform": comm.platform,
+            "device": comm.device,
+            "device_name": dev.get("name", ""),
+            "local_rank": comm.local_rank,
+            "transport": comm._tuner.transport,
+            "native": comm._native.name if comm._native else "",
+            "kernels": str(probe.get("kernels", "")),
+        }
         rows = comm._t.allgather_obj(row) if comm.size > 1 else [row]
     if rows[0]["rank"] == comm.rank == 0 or comm.size == 1:
         if as_json:
@@ -95,6 +122,8 @@ def all_ranks(as_json: bool = False) -> int:
         else:
             print(f"{'rank':>4}  {'host':<16} {'platform':<10} {'dev':>3}  {'device':<28} {'transport':<9} native")
             for r in rows:
-                print(f"{r['rank']:>4}  {r['host']:<16} {r['platform']:<10} {r['device']:>3}  "
-                      f"{r['device_name'][:28]:<28} {r['transport']:<9} {r['native'] or '-'}")
+                print(
+                    f"{r['rank']:>4}  {r['host']:<16} {r['platform']:<10} {r['device']:>3}  "
+                    f"{r['device_name'][:28]:<28} {r['transport']:<9} {r['native'] or '-'}"
+                )
     return 0

@@ -13,6 +13,7 @@ any ``uniccl bench --json`` files there or given with ``--bench``:
 
 ``--png DIR`` also writes each plot as a PNG file.  Needs matplotlib (``uniccl[report]``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,23 +28,40 @@ import sys
 
 from ..observability import trace as _trace
 
-_COLORS = {"all_reduce": "#3366cc", "broadcast": "#dc3912", "reduce": "#ff9900", "all_gather": "#109618",
-           "reduce_scatter": "#990099", "all_to_all": "#0099c6", "gather": "#dd4477", "scatter": "#66aa00",
-           "barrier": "#888888", "send": "#b82e2e", "recv": "#316395"}
+_COLORS = {
+    "all_reduce": "#3366cc",
+    "broadcast": "#dc3912",
+    "reduce": "#ff9900",
+    "all_gather": "#109618",
+    "reduce_scatter": "#990099",
+    "all_to_all": "#0099c6",
+    "gather": "#dd4477",
+    "scatter": "#66aa00",
+    "barrier": "#888888",
+    "send": "#b82e2e",
+    "recv": "#316395",
+}
 
 
 def add_arguments(p) -> None:
     p.add_argument("dir", help="the job's UNICCL_TRACE directory")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file (default report.html)")
     p.add_argument("--png", metavar="DIR", help="also write the plots as PNG files there")
-    p.add_argument("--bench", action="append", default=[], metavar="FILE",
-                   help="uniccl bench --json output to plot too (repeatable; *.bench.json in DIR are read)")
+    p.add_argument(
+        "--bench",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="uniccl bench --json output to plot too (repeatable; *.bench.json in DIR are read)",
+    )
 
 
 # ------------------------------------------------------------------ loading
 def load(path: str, bench_files=()) -> dict:
-    traces = {rank: {"meta": meta, "spans": [e for e in events if e.get("ph") == "X"]}
-              for rank, (meta, events) in _trace.load(path).items()}
+    traces = {
+        rank: {"meta": meta, "spans": [e for e in events if e.get("ph") == "X"]}
+        for rank, (meta, events) in _trace.load(path).items()
+    }
     stats = {}
     for f in glob.glob(os.path.join(path, "uniccl-stats-r*.json")):
         with open(f) as fh:
@@ -54,8 +72,10 @@ def load(path: str, bench_files=()) -> dict:
         with open(f) as fh:
             bench += json.load(fh)
     if not traces and not stats and not bench:
-        raise FileNotFoundError(f"nothing to report in {path}: no uniccl-trace-r*.json, uniccl-stats-r*.json "
-                                f"or *.bench.json (run the job with UNICCL_TRACE={path})")
+        raise FileNotFoundError(
+            f"nothing to report in {path}: no uniccl-trace-r*.json, uniccl-stats-r*.json "
+            f"or *.bench.json (run the job with UNICCL_TRACE={path})"
+        )
     return {"traces": traces, "stats": stats, "bench": bench}
 
 
@@ -85,8 +105,10 @@ def binomial_tail(m: int, k: int, p: float) -> float:
     if p <= 0.0:
         return 0.0
     lp, lq = math.log(p), math.log1p(-p)
-    logs = [math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1) + j * lp + (k - j) * lq
-            for j in range(m, k + 1)]
+    logs = [
+        math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1) + j * lp + (k - j) * lq
+        for j in range(m, k + 1)
+    ]
     top = max(logs)
     return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
 
@@ -103,8 +125,11 @@ def rank_lateness(traces: dict) -> dict | None:
     for rank, t in traces.items():
         for e in t["spans"]:
             a = e.get("args", {})
-            if e["name"] not in ("send", "recv", "message", "transfer") and a.get("seq") is not None \
-                    and a.get("communicator") == "world":
+            if (
+                e["name"] not in ("send", "recv", "message", "transfer")
+                and a.get("seq") is not None
+                and a.get("communicator") == "world"
+            ):
                 starts.setdefault(a["seq"], {})[rank] = e["ts"]
     full = [s for s in starts.values() if len(s) == len(traces)]
     if len(traces) < 2 or not full:
@@ -125,11 +150,21 @@ def rank_lateness(traces: dict) -> dict | None:
     rtt = max((float(t["meta"].get("clock_rtt_us") or 0.0) for t in traces.values()), default=0.0)
     noise_us = max(TIMER_NOISE_US, rtt / 2)
     meta = traces[rank]["meta"]
-    return {"rank": rank, "calls": k, "last": last[rank], "last_share": last[rank] / k, "chance_share": 1.0 / size,
-            "p_value": p_value, "median_late_ms": median_us / 1e3, "others_median_late_ms": others_us / 1e3,
-            "mean_late_ms": statistics.mean(late[rank]) / 1e3, "noise_ms": noise_us / 1e3,
-            "stands_out": p_value < ALPHA and median_us - others_us > MARGIN_FACTOR * noise_us,
-            "host": meta.get("host"), "pid": meta.get("pid")}
+    return {
+        "rank": rank,
+        "calls": k,
+        "last": last[rank],
+        "last_share": last[rank] / k,
+        "chance_share": 1.0 / size,
+        "p_value": p_value,
+        "median_late_ms": median_us / 1e3,
+        "others_median_late_ms": others_us / 1e3,
+        "mean_late_ms": statistics.mean(late[rank]) / 1e3,
+        "noise_ms": noise_us / 1e3,
+        "stands_out": p_value < ALPHA and median_us - others_us > MARGIN_FACTOR * noise_us,
+        "host": meta.get("host"),
+        "pid": meta.get("pid"),
+    }
 
 
 def slowest_rank(traces: dict) -> dict | None:
@@ -191,26 +226,36 @@ def findings(data: dict) -> list[str]:
     out = []
     late = rank_lateness(data["traces"])
     if late is not None and late["stands_out"]:
-        out.append(f"Slowest rank: rank {late['rank']} ({late['host']}, pid {late['pid']}) started "
-                   f"{late['last']} of {late['calls']} collectives last ({late['last_share']:.0%}; "
-                   f"{late['chance_share']:.0%} by chance, p = {late['p_value']:.1e}), a median "
-                   f"{late['median_late_ms']:.3f} ms after the first rank (the others: "
-                   f"{late['others_median_late_ms']:.3f} ms) — the others wait for it.")
+        out.append(
+            f"Slowest rank: rank {late['rank']} ({late['host']}, pid {late['pid']}) started "
+            f"{late['last']} of {late['calls']} collectives last ({late['last_share']:.0%}; "
+            f"{late['chance_share']:.0%} by chance, p = {late['p_value']:.1e}), a median "
+            f"{late['median_late_ms']:.3f} ms after the first rank (the others: "
+            f"{late['others_median_late_ms']:.3f} ms) — the others wait for it."
+        )
     elif late is not None and late["p_value"] >= ALPHA:
-        out.append(f"No rank stands out: none starts collectives last more often than chance would have it "
-                   f"(most often rank {late['rank']}, {late['last']} of {late['calls']} calls; "
-                   f"{late['chance_share']:.0%} expected, p = {late['p_value']:.2g}).")
+        out.append(
+            f"No rank stands out: none starts collectives last more often than chance would have it "
+            f"(most often rank {late['rank']}, {late['last']} of {late['calls']} calls; "
+            f"{late['chance_share']:.0%} expected, p = {late['p_value']:.2g})."
+        )
     elif late is not None:
-        out.append(f"No rank stands out: rank {late['rank']} starts {late['last']} of {late['calls']} collectives "
-                   f"last, but a median {late['median_late_ms']:.3f} ms after the first rank (the others: "
-                   f"{late['others_median_late_ms']:.3f} ms), within {MARGIN_FACTOR:g} x the timing noise "
-                   f"({late['noise_ms']:.3f} ms: the clocks agree to half a round trip).")
+        out.append(
+            f"No rank stands out: rank {late['rank']} starts {late['last']} of {late['calls']} collectives "
+            f"last, but a median {late['median_late_ms']:.3f} ms after the first rank (the others: "
+            f"{late['others_median_late_ms']:.3f} ms), within {MARGIN_FACTOR:g} x the timing noise "
+            f"({late['noise_ms']:.3f} ms: the clocks agree to half a round trip)."
+        )
     link = slowest_link(data["stats"], data["traces"])
     if link is not None:
-        out.append(f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
-                   f"(median link {link['median_GBps']:.3f} GB/s; {link['what']}).")
+        out.append(
+            f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
+            f"(median link {link['median_GBps']:.3f} GB/s; {link['what']})."
+        )
     for r, s in sorted(_world_stats(data["stats"]).items()):
-        bad = sum(link.get("retransmits", 0) + link.get("checksum_failures", 0) for link in (s.get("links") or {}).values())
+        bad = sum(
+            link.get("retransmits", 0) + link.get("checksum_failures", 0) for link in (s.get("links") or {}).values()
+        )
         if bad:
             out.append(f"Rank {r}: {bad} retransmissions or checksum failures on its links.")
     return out or ["No rank or link stands out."]
@@ -239,8 +284,12 @@ def plot_timeline(data: dict, slow=None, last: int = 60):
     for r, c in calls.items():
         for e in c[-last:]:
             color = _COLORS.get(e["name"], "#999999")
-            ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"] / 1e3, 0.01))], (r - 0.4, 0.8), facecolors=color,
-                           label=e["name"] if e["name"] not in seen else None)
+            ax.broken_barh(
+                [((e["ts"] - t0) / 1e3, max(e["dur"] / 1e3, 0.01))],
+                (r - 0.4, 0.8),
+                facecolors=color,
+                label=e["name"] if e["name"] not in seen else None,
+            )
             seen.add(e["name"])
     ax.set_yticks(sorted(traces))
     ax.set_yticklabels([f"rank {r}" + (" (slowest)" if slow and slow["rank"] == r else "") for r in sorted(traces)])
@@ -301,8 +350,14 @@ def busbw_figure(data: dict):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, pts in sorted(series.items()):
         xs = sorted(pts)
-        ax.plot(xs, [statistics.median(pts[x]) for x in xs], marker="o",
-                color=_COLORS.get(name.split(" ")[0]), linestyle="-" if "bench" in name else "--", label=name)
+        ax.plot(
+            xs,
+            [statistics.median(pts[x]) for x in xs],
+            marker="o",
+            color=_COLORS.get(name.split(" ")[0]),
+            linestyle="-" if "bench" in name else "--",
+            label=name,
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")  # bandwidths span decades from small to large messages
     ax.set_xlabel("message size (bytes)")
@@ -322,37 +377,49 @@ def topology(data: dict) -> str:
             a = e.get("args", {})
             if a.get("path") and e["name"] in _COLORS:
                 paths.setdefault(e["name"], set()).add(a["path"])
-    rows = "".join(f"<tr><td>{r}</td><td>{html.escape(str(s.get('host')))}</td><td>{s.get('pid')}</td>"
-                   f"<td>{html.escape(str(s.get('platform')))}</td><td>{html.escape(str(s.get('transport')))}</td>"
-                   f"<td>{s.get('calls')}</td></tr>" for r, s in sorted(world.items()))
-    algos = "".join(f"<li><b>{html.escape(op)}</b>: {html.escape(', '.join(sorted(p)))}</li>"
-                    for op, p in sorted(paths.items()))
+    rows = "".join(
+        f"<tr><td>{r}</td><td>{html.escape(str(s.get('host')))}</td><td>{s.get('pid')}</td>"
+        f"<td>{html.escape(str(s.get('platform')))}</td><td>{html.escape(str(s.get('transport')))}</td>"
+        f"<td>{s.get('calls')}</td></tr>"
+        for r, s in sorted(world.items())
+    )
+    algos = "".join(
+        f"<li><b>{html.escape(op)}</b>: {html.escape(', '.join(sorted(p)))}</li>" for op, p in sorted(paths.items())
+    )
     hosts = {}
     for r, s in world.items():
         hosts.setdefault(s.get("host"), []).append(r)
     host_line = "; ".join(f"{html.escape(str(h))}: ranks {', '.join(map(str, sorted(rs)))}" for h, rs in hosts.items())
-    return (f"<p>{len(world)} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)} — {host_line}</p>"
-            "<table><tr><th>rank</th><th>host</th><th>pid</th><th>platform</th><th>transport</th><th>calls</th></tr>"
-            f"{rows}</table><p>Paths the calls took (transport, algorithm):</p><ul>{algos or '<li>-</li>'}</ul>")
+    return (
+        f"<p>{len(world)} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)} — {host_line}</p>"
+        "<table><tr><th>rank</th><th>host</th><th>pid</th><th>platform</th><th>transport</th><th>calls</th></tr>"
+        f"{rows}</table><p>Paths the calls took (transport, algorithm):</p><ul>{algos or '<li>-</li>'}</ul>"
+    )
 
 
 def build(path: str, bench_files=(), png_dir: str | None = None) -> str:
     data = load(path, bench_files)
     slow = slowest_rank(data["traces"])
-    plots = [("timeline", "Timeline", plot_timeline(data, slow)), ("heatmap", "Links", plot_heatmap(data)),
-             ("busbw", "Bandwidth", plot_busbw(data))]
+    plots = [
+        ("timeline", "Timeline", plot_timeline(data, slow)),
+        ("heatmap", "Links", plot_heatmap(data)),
+        ("busbw", "Bandwidth", plot_busbw(data)),
+    ]
     parts = []
     for key, title, png in plots:
         if png is None:
-            parts.append(f"<h2>{title}</h2><p>(no data for this plot: "
-                         f"{'no TCP links measured and no traced transfers' if key == 'heatmap' else 'nothing recorded'})</p>")
+            parts.append(
+                f"<h2>{title}</h2><p>(no data for this plot: "
+                f"{'no TCP links measured and no traced transfers' if key == 'heatmap' else 'nothing recorded'})</p>"
+            )
             continue
         if png_dir:
             os.makedirs(png_dir, exist_ok=True)
             with open(os.path.join(png_dir, f"{key}.png"), "wb") as f:
                 f.write(png)
-        parts.append(f"<h2>{title}</h2><img id='{key}' alt='{key}' src='data:image/png;base64,"
-                     f"{base64.b64encode(png).decode()}'>")
+        parts.append(
+            f"<h2>{title}</h2><img id='{key}' alt='{key}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        )
     found = "".join(f"<li>{html.escape(s)}</li>" for s in findings(data))
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>uniccl report</title>
@@ -361,7 +428,7 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}
 .findings{{background:#fff4e5;border-left:4px solid #f90;padding:8px 16px}}img{{max-width:100%}}</style>
 </head><body><h1>uniccl report</h1><p>{html.escape(os.path.abspath(path))}</p>
 <div class="findings"><h2>Findings</h2><ul id="findings">{found}</ul></div>
-{''.join(parts)}<h2>Topology</h2>{topology(data)}</body></html>"""
+{"".join(parts)}<h2>Topology</h2>{topology(data)}</body></html>"""
 
 
 def main(args) -> int:

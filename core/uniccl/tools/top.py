@@ -2,6 +2,7 @@
 the ranks write (:mod:`uniccl._status`): the call each rank is in and for how long, calls
 done, bus bandwidth, the peer it waits on, retransmissions — and, below, the rank that holds
 the others up, in words."""
+
 from __future__ import annotations
 
 import glob
@@ -16,8 +17,9 @@ STALE_S = 3.0  # a status file older than this: the rank is stuck outside Python
 
 
 def add_arguments(p) -> None:
-    p.add_argument("dir", nargs="?", help="the job's status directory (default: the newest job under "
-                   f"{_status.jobs_root()})")
+    p.add_argument(
+        "dir", nargs="?", help=f"the job's status directory (default: the newest job under {_status.jobs_root()})"
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between screens (default 1)")
     p.add_argument("--once", action="store_true", help="print one screen and exit")
     p.add_argument("--count", type=int, default=0, help="stop after this many screens (0: until Ctrl-C)")
@@ -52,10 +54,13 @@ def verdict(rows: list[dict], now: float) -> list[str]:
         calls = sorted({_world(r).get("calls", 0) for r in rows})
         made = f"{calls[0]} calls each" if len(calls) == 1 else f"{calls[0]}-{calls[-1]} calls"
         failed = [r["rank"] for r in rows if _world(r).get("state") == "failed"]
-        tail = f"; the last call of rank{'s' * (len(failed) > 1)} {', '.join(map(str, failed))} failed" \
-            if failed else ""
-        return [f"job finished: every rank {'exited' if all(r['state'] == 'exited' for r in rows) else 'finished'}"
-                f" ({made}){tail}"]
+        tail = (
+            f"; the last call of rank{'s' * (len(failed) > 1)} {', '.join(map(str, failed))} failed" if failed else ""
+        )
+        return [
+            f"job finished: every rank {'exited' if all(r['state'] == 'exited' for r in rows) else 'finished'}"
+            f" ({made}){tail}"
+        ]
     # a rank that has finished (destroyed its communicators, or exited) is neither stale nor behind
     ended_ranks = {r["rank"] for r in ended}
     rows = [r for r in rows if r["rank"] not in ended_ranks]
@@ -64,16 +69,20 @@ def verdict(rows: list[dict], now: float) -> list[str]:
     stale = [r["rank"] for r in rows if now - r.get("time", 0) > STALE_S]
     for r in rows:
         if r["rank"] in stale:
-            out.append(f"rank {r['rank']} ({r.get('host')}, pid {r.get('pid')}) has not reported for "
-                       f"{now - r.get('time', 0):.1f} s: stuck outside uniccl, or gone")
+            out.append(
+                f"rank {r['rank']} ({r.get('host')}, pid {r.get('pid')}) has not reported for "
+                f"{now - r.get('time', 0):.1f} s: stuck outside uniccl, or gone"
+            )
     live = [r for r in rows if r["rank"] not in stale]
     seqs = {r["rank"]: _world(r).get("calls", 0) for r in live}
     if len(set(seqs.values())) > 1:
         low = min(seqs.values())
         behind = sorted(k for k, v in seqs.items() if v == low)
         if len(behind) < len(seqs):
-            out.append(f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} behind: "
-                       f"{low} calls made while others made up to {max(seqs.values())}")
+            out.append(
+                f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} behind: "
+                f"{low} calls made while others made up to {max(seqs.values())}"
+            )
     waited = {}
     for r in live:
         w = _world(r).get("waiting_on")
@@ -88,8 +97,10 @@ def verdict(rows: list[dict], now: float) -> list[str]:
 def render(path: str, rows: list[dict], now: float | None = None) -> str:
     now = time.time() if now is None else now
     head = f"uniccl top  {path}  {len(rows)} rank{'s' * (len(rows) != 1)}  {time.strftime('%H:%M:%S')}"
-    cols = f"{'RANK':>4} {'HOST':<12} {'PID':>7} {'CALL':<22} {'FOR':>7} {'CALLS':>8} {'BUSBW GB/s':>10} " \
-           f"{'WAITING ON':<16} {'RETX':>5}"
+    cols = (
+        f"{'RANK':>4} {'HOST':<12} {'PID':>7} {'CALL':<22} {'FOR':>7} {'CALLS':>8} {'BUSBW GB/s':>10} "
+        f"{'WAITING ON':<16} {'RETX':>5}"
+    )
     lines = [head, cols]
     for r in rows:
         w = _world(r)
@@ -100,9 +111,11 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
             call = f"FAILED {call}"
         age = now - r.get("time", 0)
         waiting = f"rank {w['waiting_on']} {w.get('waiting_s', 0):.1f}s" if w.get("waiting_on") is not None else ""
-        line = (f"{r['rank']:>4} {str(r.get('host', '?'))[:12]:<12} {r.get('pid', 0):>7} {call[:22]:<22} "
-                f"{(w.get('for_s') or 0):>6.2f}s {w.get('calls', 0):>8} {w.get('busbw_GBps', 0):>10.3f} "
-                f"{waiting:<16} {w.get('retransmits', 0):>5}")
+        line = (
+            f"{r['rank']:>4} {str(r.get('host', '?'))[:12]:<12} {r.get('pid', 0):>7} {call[:22]:<22} "
+            f"{(w.get('for_s') or 0):>6.2f}s {w.get('calls', 0):>8} {w.get('busbw_GBps', 0):>10.3f} "
+            f"{waiting:<16} {w.get('retransmits', 0):>5}"
+        )
         if r.get("state") in ("finished", "exited"):
             line += f"  {r['state'].upper()}"
         elif age > STALE_S:
@@ -116,8 +129,11 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
 def main(args) -> int:
     path = args.dir or newest_job()
     if path is None or not os.path.isdir(path):
-        print(f"uniccl top: no job status directory ({path or 'none under ' + _status.jobs_root()}); "
-              "jobs started by `uniccl run` write one (or set UNICCL_STATUS_DIR)", file=sys.stderr)
+        print(
+            f"uniccl top: no job status directory ({path or 'none under ' + _status.jobs_root()}); "
+            "jobs started by `uniccl run` write one (or set UNICCL_STATUS_DIR)",
+            file=sys.stderr,
+        )
         return 2
     shown = 0
     try:

@@ -4,6 +4,7 @@ The algorithms only need "send these bytes to rank r" and "receive bytes from
 rank r into this address", non-blocking; MPI gives exactly that and runs
 everywhere (MPICH wheel by default, Open MPI when that is installed).
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,10 +43,17 @@ def library() -> dict:
         if token[:1].isdigit() or token[:1] == "v" and token[1:2].isdigit():
             version = token.lstrip("v")
             break
-    return {"name": name, "version": version, "standard": "%d.%d" % MPI.Get_version(),
-            "thread_level": {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-                             MPI.THREAD_SERIALIZED: "serialized",
-                             MPI.THREAD_MULTIPLE: "multiple"}.get(MPI.Query_thread(), "?")}
+    return {
+        "name": name,
+        "version": version,
+        "standard": "%d.%d" % MPI.Get_version(),
+        "thread_level": {
+            MPI.THREAD_SINGLE: "single",
+            MPI.THREAD_FUNNELED: "funneled",
+            MPI.THREAD_SERIALIZED: "serialized",
+            MPI.THREAD_MULTIPLE: "multiple",
+        }.get(MPI.Query_thread(), "?"),
+    }
 
 
 class MPITransport:
@@ -75,9 +83,10 @@ class MPITransport:
         # one fixed tag suffices, MPI keeps each sender's messages in order
         self._recs = bytearray(n * _RECORD)
         slots = memoryview(self._recs)
-        mine = slots[me * _RECORD:(me + 1) * _RECORD]
-        self._rec_reqs = [self.agree.Send_init([mine, MPI.BYTE], p, 0) for p in range(n) if p != me] + \
-            [self.agree.Recv_init([slots[p * _RECORD:(p + 1) * _RECORD], MPI.BYTE], p, 0) for p in range(n) if p != me]
+        mine = slots[me * _RECORD : (me + 1) * _RECORD]
+        self._rec_reqs = [self.agree.Send_init([mine, MPI.BYTE], p, 0) for p in range(n) if p != me] + [
+            self.agree.Recv_init([slots[p * _RECORD : (p + 1) * _RECORD], MPI.BYTE], p, 0) for p in range(n) if p != me
+        ]
         self._mine = mine
         self._expected = {}  # record -> record * size: what _recs holds when every rank agrees
         self.active = False  # a call is announced
@@ -111,9 +120,11 @@ class MPITransport:
             if spins < 32:
                 continue
             if time.monotonic() > deadline:
-                raise Timeout(f"rank {self.rank} timed out after {self._timeout:g} s waiting for "
-                              f"{self._whom(peer)}", rank=self.rank,
-                              missing_ranks=[peer] if peer >= 0 else self._stopped())
+                raise Timeout(
+                    f"rank {self.rank} timed out after {self._timeout:g} s waiting for {self._whom(peer)}",
+                    rank=self.rank,
+                    missing_ranks=[peer] if peer >= 0 else self._stopped(),
+                )
             # past a short spin, let the peer have the core (an oversubscribed host needs it)
             os.sched_yield()
 
@@ -139,8 +150,9 @@ class MPITransport:
             what = f"rank {peer} ({host}, pid {pid})"
             return what + (" -- it is stopped (SIGSTOP or a debugger)" if peer in stopped else "")
         if stopped:
-            return "its peers: " + ", ".join(f"rank {r} (pid {self._where[r][1]}) is stopped (SIGSTOP or a "
-                                               "debugger)" for r in stopped)
+            return "its peers: " + ", ".join(
+                f"rank {r} (pid {self._where[r][1]}) is stopped (SIGSTOP or a debugger)" for r in stopped
+            )
         return "its peers (over MPI; none of this host's is stopped)"
 
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
@@ -177,8 +189,12 @@ class MPITransport:
                 req.Wait()
         except self.MPI.Exception as exc:
             if exc.Get_error_class() == self.MPI.ERR_TRUNCATE:
-                raise InvalidArgument(f"message from rank {peer} is longer than the receive buffer "
-                                      f"({nbytes} bytes)", op=op, rank=rank, argument="buf") from None
+                raise InvalidArgument(
+                    f"message from rank {peer} is longer than the receive buffer ({nbytes} bytes)",
+                    op=op,
+                    rank=rank,
+                    argument="buf",
+                ) from None
             raise InternalError(f"MPI {op} with rank {peer} failed: {exc}", op=op, rank=rank) from None
 
     # ------------------------------------- agreement alongside the data

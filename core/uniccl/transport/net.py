@@ -1,5 +1,6 @@
 """Addresses: this host's identity and its address on the route to a peer (TCP transport,
 rendezvous and launchers share them)."""
+
 from __future__ import annotations
 
 import os
@@ -29,5 +30,3 @@ def route_address(target_host: str) -> str:
             return s.getsockname()[0]
     except OSError:
         return "127.0.0.1"
-
-

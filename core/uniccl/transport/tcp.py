@@ -32,6 +32,7 @@ peer sent after it until the copy arrives, so order is kept.  Counters:
 typed error.  At exit a rank waits (at most 3 s) until its peers have checked all it sent,
 so that a copy asked for late is still sent.  Fault injection for tests: :mod:`uniccl._faults`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -192,8 +193,14 @@ class Mesh:
         addr = route_address(uid.host)
         listener = socket.create_server((bind_address(addr), 0), backlog=max(8, size))  # only where peers reach us
         self._host = host_key()
-        payload = {"addr": addr, "port": listener.getsockname()[1], "host": self._host,
-                   "hostname": socket.gethostname(), "pid": os.getpid(), "start": _start_time()}
+        payload = {
+            "addr": addr,
+            "port": listener.getsockname()[1],
+            "host": self._host,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "start": _start_time(),
+        }
         if tls is not None:
             payload["tls"] = tls.public()
         self.table = rendezvous(uid, rank, size, payload, timeout)
@@ -240,8 +247,9 @@ class Mesh:
         for peer, sock in enumerate(self.socks):
             if sock is not None:
                 stream = self._outs[peer].tls or sock  # TLS: the reader decrypts as it reads
-                threading.Thread(target=self._reader, args=(peer, stream), daemon=True,
-                                 name=f"uniccl-tcp-r{rank}-from{peer}").start()
+                threading.Thread(
+                    target=self._reader, args=(peer, stream), daemon=True, name=f"uniccl-tcp-r{rank}-from{peer}"
+                ).start()
 
     def where(self, peer: int) -> str:
         t = self.table[peer]
@@ -259,8 +267,7 @@ class Mesh:
                 sock.sendall(_HELLO.pack(self.rank, proof))
                 stream = None if tls is None else tls.handshake(self, sock, peer, False, secret)
             except OSError as exc:
-                raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init",
-                                    rank=self.rank) from None
+                raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init", rank=self.rank) from None
             self._adopt(peer, sock, stream)
         while any(s is None for r, s in enumerate(self.socks) if r > self.rank):  # ... accept the higher
             remaining = deadline - time.monotonic()
@@ -288,8 +295,9 @@ class Mesh:
                     stream = tls.handshake(self, sock, peer, True, secret)
                 except OSError as exc:
                     sock.close()
-                    raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init",
-                                        rank=self.rank) from None
+                    raise InternalError(
+                        f"cannot connect to {self.where(peer)}: {exc}", op="init", rank=self.rank
+                    ) from None
             self._adopt(peer, sock, stream)
 
     def _adopt(self, peer: int, sock, tls=None) -> None:
@@ -369,8 +377,12 @@ class Mesh:
             told = self._aborted.get(ctx & ~3)
             if told is not None:
                 raise told from None
-            raise RemoteError(f"cannot send to {self.where(peer)}: {exc} (did it exit?)", rank=self.rank,
-                              remote_rank=peer, remote_type="ConnectionError") from None
+            raise RemoteError(
+                f"cannot send to {self.where(peer)}: {exc} (did it exit?)",
+                rank=self.rank,
+                remote_rank=peer,
+                remote_type="ConnectionError",
+            ) from None
 
     def _checked(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> tuple:
         """The pieces of a message with its payload's CRC; a copy is kept for a retransmission
@@ -425,7 +437,7 @@ class Mesh:
             i = next(j for j, p in enumerate(pieces) if p is piece)
             if i == 0 and sent == 0:
                 raise _Stalled(False)
-            self._owe(out, [memoryview(piece)[sent:], *pieces[i + 1:]])
+            self._owe(out, [memoryview(piece)[sent:], *pieces[i + 1 :]])
             raise _Stalled(True)
         return deadline
 
@@ -435,7 +447,7 @@ class Mesh:
         for i, piece in enumerate(pieces):
             view = memoryview(piece)
             for off in range(0, len(view), _TLS_SLICE):
-                raw = tls.encrypt(view[off:off + _TLS_SLICE])
+                raw = tls.encrypt(view[off : off + _TLS_SLICE])
                 try:
                     sent = sock.send(raw)
                 except BlockingIOError:
@@ -446,7 +458,7 @@ class Mesh:
                     sent = _push(sock, raw, sent, deadline)
                     if sent < len(raw):
                         out.pending.append((False, memoryview(raw)[sent:]))
-                        self._owe(out, [view[off + _TLS_SLICE:], *pieces[i + 1:]])
+                        self._owe(out, [view[off + _TLS_SLICE :], *pieces[i + 1 :]])
                         raise _Stalled(True)
 
     def _owe(self, out, views, kick: bool = True) -> None:
@@ -482,8 +494,11 @@ class Mesh:
         limit = getattr(self._tl, "timeout", self.timeout)
         why = self._stopped(peer) or "takes no data (its process may be stopped or hung)"
         rest = "; the rest of the message goes to it when it reads again" if started else ""
-        return Timeout(f"rank {self.rank} timed out after {limit:g} s sending to {self.where(peer)}: it {why}{rest}",
-                       rank=self.rank, missing_ranks=[peer])
+        return Timeout(
+            f"rank {self.rank} timed out after {limit:g} s sending to {self.where(peer)}: it {why}{rest}",
+            rank=self.rank,
+            missing_ranks=[peer],
+        )
 
     def _stopped(self, peer: int) -> str:
         """'is stopped (...)' when ``peer`` runs on this host and its process is stopped (SIGSTOP,
@@ -505,8 +520,9 @@ class Mesh:
             if job is not None:
                 out.jobs.append(job)
             if out.thread is None:
-                out.thread = threading.Thread(target=self._sender, args=(out,), daemon=True,
-                                              name=f"uniccl-tcp-s{self.rank}-to{out.peer}")
+                out.thread = threading.Thread(
+                    target=self._sender, args=(out,), daemon=True, name=f"uniccl-tcp-s{self.rank}-to{out.peer}"
+                )
                 out.thread.start()
             else:
                 out.cv.notify_all()
@@ -664,8 +680,9 @@ class Mesh:
 
     def _alarm_call(self, dctx: int, tag: int) -> None:
         self._alarm[dctx] = tag
-        for key in [k for k in self._posted if k[1] == dctx and k[2] == tag
-                    or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag]:
+        for key in [
+            k for k in self._posted if k[1] == dctx and k[2] == tag or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag
+        ]:
             for req in self._posted.pop(key):
                 req.error = _Flushed()
                 req.done.set()
@@ -675,8 +692,11 @@ class Mesh:
         with self._lock:
             if tag == _FLUSH_TAG:  # all that ``peer`` sent for that call came before: drop it
                 t = _T.unpack(bytes(payload[:4]))[0]
-                for key in [k for k in self._unexpected if k[0] == peer and (
-                        k[1] == ctx and k[2] == t or k[1] == ctx + CTRL and k[2] == _REC_BASE + t)]:
+                for key in [
+                    k
+                    for k in self._unexpected
+                    if k[0] == peer and (k[1] == ctx and k[2] == t or k[1] == ctx + CTRL and k[2] == _REC_BASE + t)
+                ]:
                     del self._unexpected[key]
                 for key in [k for k in self._posted if k[0] == peer and k[1] == ctx and k[2] == t]:
                     for req in self._posted.pop(key):
@@ -766,8 +786,11 @@ class Mesh:
         """Withdraw this rank's receives of call ``tag``; return once no reader still writes
         into the memory of one (nothing lands in the caller's buffers after this)."""
         with self._lock:
-            for key in [k for k in self._posted if k[1] == dctx and k[2] == tag
-                        or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag]:
+            for key in [
+                k
+                for k in self._posted
+                if k[1] == dctx and k[2] == tag or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag
+            ]:
                 del self._posted[key]
             busy = [rx.current for rx in self._rx if rx.current is not None and rx.current.ptr is not None]
         deadline = time.monotonic() + 5.0
@@ -801,7 +824,7 @@ class Mesh:
             while True:
                 _recv_into(sock, hview)
                 ctx, tag, n, crc, flags, msg_id = _HDR.unpack_from(hdr)
-                stamp = bytes(hview[_HDR.size:]) if flags & _STAMPED else None
+                stamp = bytes(hview[_HDR.size :]) if flags & _STAMPED else None
                 if tag == _ABORT_TAG:
                     raw = bytearray(n)
                     _recv_into(sock, memoryview(raw))
@@ -871,13 +894,34 @@ class Mesh:
         if self.links is None:
             return {}
         tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_timed, rx_timed = self.links[peer]
-        return {"peer_host": self.table[peer]["hostname"], "sent_bytes": tx_b, "sent_seconds": tx_ns * 1e-9,
-                "sent_timed_bytes": tx_timed, "send_GBps": tx_timed / tx_ns if tx_ns else 0.0,
-                "recv_bytes": rx_b, "recv_seconds": rx_ns * 1e-9, "recv_timed_bytes": rx_timed,
-                "recv_GBps": rx_timed / rx_ns if rx_ns else 0.0, "retransmits": resent, "checksum_failures": bad}
+        return {
+            "peer_host": self.table[peer]["hostname"],
+            "sent_bytes": tx_b,
+            "sent_seconds": tx_ns * 1e-9,
+            "sent_timed_bytes": tx_timed,
+            "send_GBps": tx_timed / tx_ns if tx_ns else 0.0,
+            "recv_bytes": rx_b,
+            "recv_seconds": rx_ns * 1e-9,
+            "recv_timed_bytes": rx_timed,
+            "recv_GBps": rx_timed / rx_ns if rx_ns else 0.0,
+            "retransmits": resent,
+            "checksum_failures": bad,
+        }
 
-    def _receive(self, peer: int, rx, ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int,
-                 stamp, sock=None, payload=None) -> bool:
+    def _receive(
+        self,
+        peer: int,
+        rx,
+        ctx: int,
+        tag: int,
+        n: int,
+        crc: int,
+        flags: int,
+        msg_id: int,
+        stamp,
+        sock=None,
+        payload=None,
+    ) -> bool:
         """Read one message (from ``sock``, or take ``payload`` already read), verify it, deliver
         it; False when it is corrupted (it was asked for again)."""
         key = (peer, ctx, tag)
@@ -958,8 +1002,13 @@ class Mesh:
             return False
         rx.awaiting = msg_id
         self.stats["retransmit_requests"] += 1
-        logger.warning("rank %d: message %d from rank %d failed its CRC-32C check; asking for it again (%d)",
-                       self.rank, msg_id, peer, rx.tries)
+        logger.warning(
+            "rank %d: message %d from rank %d failed its CRC-32C check; asking for it again (%d)",
+            self.rank,
+            msg_id,
+            peer,
+            rx.tries,
+        )
         # through the peer's sender thread: this reader must go on reading (the peer may be
         # sending to us while it is asked for a copy itself)
         self._kick(self._outs[peer], [(_head(0, _NACK_TAG, _NACK.size, 0, 0, 0) + _NACK.pack(msg_id),), None])
@@ -967,8 +1016,9 @@ class Mesh:
 
     def _unrecoverable(self, peer: int, rx, msg_id: int, why: str) -> None:
         """A corrupted message cannot be had again: every receive from that peer fails."""
-        error = InternalError(f"message {msg_id} from {self.where(peer)} arrived corrupted and {why}",
-                              rank=self.rank, remote_rank=peer)
+        error = InternalError(
+            f"message {msg_id} from {self.where(peer)} arrived corrupted and {why}", rank=self.rank, remote_rank=peer
+        )
         rx.awaiting, rx.held = None, collections.deque()
         if rx.sync:  # nothing more will be asked of it
             rx.sync = False
@@ -982,8 +1032,12 @@ class Mesh:
             req.done.set()
 
     def _peer_lost(self, peer: int, exc, current=None) -> None:
-        error = RemoteError(f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
-                            rank=self.rank, remote_rank=peer, remote_type="ConnectionError")
+        error = RemoteError(
+            f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
+            rank=self.rank,
+            remote_rank=peer,
+            remote_type="ConnectionError",
+        )
         with self._lock:
             self._dead[peer] = error
             keys = [k for k in self._posted if k[0] == peer]
@@ -1017,17 +1071,25 @@ class Mesh:
         if kind == "timeout":
             return Timeout(text, rank=self.rank, missing_ranks=missing, remote_rank=peer)
         if kind == "died" and missing:  # the peer saw rank missing[0] die: so it is for us too
-            return RemoteError(f"{text} (seen by rank {peer})", rank=self.rank, remote_rank=missing[0],
-                               remote_type="died")
-        return RemoteError(f"{self.where(peer)} aborted the communicator: {text}", rank=self.rank,
-                           remote_rank=peer, remote_type="aborted")
+            return RemoteError(
+                f"{text} (seen by rank {peer})", rank=self.rank, remote_rank=missing[0], remote_type="died"
+            )
+        return RemoteError(
+            f"{self.where(peer)} aborted the communicator: {text}",
+            rank=self.rank,
+            remote_rank=peer,
+            remote_type="aborted",
+        )
 
     def abort(self, ctx: int, members: list, reason: str, kind: str = "abort", missing=()) -> None:
         """This rank gives up on the communicator of ``ctx``: its own waits end at once and
         every member is told, so that theirs end too (never waits for anyone).  ``kind``
         "timeout": peers raise Timeout naming ``missing`` (job ranks) instead."""
-        mine = (Timeout(reason, rank=self.rank, missing_ranks=list(missing)) if kind == "timeout" else
-                InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True))
+        mine = (
+            Timeout(reason, rank=self.rank, missing_ranks=list(missing))
+            if kind == "timeout"
+            else InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True)
+        )
         self._abort_local(self.rank, ctx, mine)
         with self._lock:
             if ctx & ~3 in self._notified:
@@ -1075,9 +1137,11 @@ class Mesh:
             self.waiting = None
         if not ok:
             who = self.where(req.peer) if req.peer >= 0 else "a peer"
-            raise Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
-                          rank=self.rank,
-                          missing_ranks=[req.peer] if req.peer >= 0 else [])
+            raise Timeout(
+                f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
+                rank=self.rank,
+                missing_ranks=[req.peer] if req.peer >= 0 else [],
+            )
         if req.error is not None:
             raise req.error
 
@@ -1149,8 +1213,14 @@ class TCPTransport:
     # -------------------------------------------------------- point to point
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
         try:
-            self.mesh.send(self.members[peer], self.ctx + (comm or DATA), tag, ptr, nbytes,
-                           stamp=self._stamp if self.active and not comm else None)
+            self.mesh.send(
+                self.members[peer],
+                self.ctx + (comm or DATA),
+                tag,
+                ptr,
+                nbytes,
+                stamp=self._stamp if self.active and not comm else None,
+            )
         except Timeout as exc:  # the peer took no data within the call's limit: it is named
             raise self._local(exc) from None
         return _SENT
@@ -1188,11 +1258,14 @@ class TCPTransport:
         except Timeout as exc:
             raise self._local(exc) from None
         except RemoteError as exc:
-            raise RemoteError(exc.message, op=op, rank=rank, remote_rank=peer,
-                              remote_type="ConnectionError") from None
+            raise RemoteError(exc.message, op=op, rank=rank, remote_rank=peer, remote_type="ConnectionError") from None
         if req is not _SENT and req.truncated:
-            raise InvalidArgument(f"message from rank {peer} is longer than the receive buffer "
-                                  f"({nbytes} bytes)", op=op, rank=rank, argument="buf")
+            raise InvalidArgument(
+                f"message from rank {peer} is longer than the receive buffer ({nbytes} bytes)",
+                op=op,
+                rank=rank,
+                argument="buf",
+            )
 
     # ------------------------------------- agreement alongside the data (TCP only)
     # A round trip of records before every call costs more than the check is worth over TCP.
@@ -1285,12 +1358,19 @@ class TCPTransport:
         missing = [p for p, r in enumerate(reqs) if r is not None and not r.done.is_set()]
         limit = getattr(self.mesh._tl, "timeout", self.mesh.timeout)
         if not missing:  # they all came meanwhile
-            return self._missing(Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for the ranks' "
-                                         "records of the call", rank=self.rank))
+            return self._missing(
+                Timeout(
+                    f"rank {self.rank} timed out after {limit:g} s waiting for the ranks' records of the call",
+                    rank=self.rank,
+                )
+            )
         stopped = "".join(f"; rank {p} {why}" for p in missing if (why := self.mesh._stopped(self.members[p])))
-        return Timeout(f"rank {self.rank} timed out after {limit:g} s waiting for "
-                       f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} {what}{stopped}",
-                       rank=self.rank, missing_ranks=missing)
+        return Timeout(
+            f"rank {self.rank} timed out after {limit:g} s waiting for "
+            f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} {what}{stopped}",
+            rank=self.rank,
+            missing_ranks=missing,
+        )
 
     def records(self) -> list:
         """Every member's full record of the failing call, in rank order (all ranks call this)."""
@@ -1349,15 +1429,17 @@ class TCPTransport:
 
     def allgather_obj(self, obj) -> list:
         data = pickle.dumps(obj)
-        got = self._exchange({p: data for p in range(self.size) if p != self.rank},
-                             [p for p in range(self.size) if p != self.rank])
+        got = self._exchange(
+            {p: data for p in range(self.size) if p != self.rank}, [p for p in range(self.size) if p != self.rank]
+        )
         return [obj if p == self.rank else pickle.loads(got[p]) for p in range(self.size)]
 
     def allgather_array(self, arr, out) -> None:
         """``out[i] = arr`` of rank i (numpy arrays; ``out`` has ``size`` rows)."""
         data = arr.tobytes()
-        got = self._exchange({p: data for p in range(self.size) if p != self.rank},
-                             [p for p in range(self.size) if p != self.rank])
+        got = self._exchange(
+            {p: data for p in range(self.size) if p != self.rank}, [p for p in range(self.size) if p != self.rank]
+        )
         out[self.rank] = arr
         for p, raw in got.items():
             out[p] = np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
@@ -1377,8 +1459,9 @@ class TCPTransport:
         not drop) to the others; those it cannot hear from within ``timeout`` or that drop
         meanwhile are left out; the intersection is confirmed in a second round."""
         if getattr(self.mesh, "closed", False):
-            raise InvalidUsage("the connections were closed by abort(): call shrink() before abort()", op="shrink",
-                               rank=self.rank)
+            raise InvalidUsage(
+                "the connections were closed by abort(): call shrink() before abort()", op="shrink", rank=self.rank
+            )
         self._shrinks += 1
         ctx = derive_context(self.ctx, self._shrinks, -2) + CTRL  # a context of its own: the old one is aborted
         me = self.mesh.rank
@@ -1387,8 +1470,9 @@ class TCPTransport:
         common = [m for m in self.members if all(m in v for v in views.values())]  # in communicator order
         confirm = self._shrink_round(ctx, 2, common, common, timeout)
         if any(v != common for v in confirm.values()):
-            raise InternalError(f"the survivors disagree on who is alive ({confirm}); call shrink() again",
-                                op="shrink", rank=self.rank)
+            raise InternalError(
+                f"the survivors disagree on who is alive ({confirm}); call shrink() again", op="shrink", rank=self.rank
+            )
         return TCPTransport(self.mesh, common, derive_context(ctx, 0, 0))
 
     def _shrink_round(self, ctx: int, tag: int, peers: list, view: list, timeout: float) -> dict:
@@ -1473,7 +1557,7 @@ class _Kept:
         crc = self._copy(self._base + off, ptr or 0, nbytes)  # copy and checksum in one pass, GIL released
         rec[2] = crc
         del tmp
-        return memoryview(self._ring)[off:off + nbytes], crc
+        return memoryview(self._ring)[off : off + nbytes], crc
 
     def get(self, peer, msg_id):
         """(ctx, tag, crc, bytes, stamp) of a kept message, or None when it was overwritten."""
@@ -1486,7 +1570,7 @@ class _Kept:
                 return None
             ctx, tag, crc, start, n, stamp = rec
             off = start % self.budget
-            return ctx, tag, crc, bytes(self._ring[off:off + n]), stamp
+            return ctx, tag, crc, bytes(self._ring[off : off + n]), stamp
 
 
 class _RxState:
@@ -1608,15 +1692,39 @@ class _TLSIdentity:
             raise unavailable(f"needs TLS 1.3, which this Python's ssl module ({ssl.OPENSSL_VERSION}) lacks")
         exe = shutil.which("openssl")
         if exe is None or not hasattr(os, "memfd_create"):
-            raise unavailable("needs the openssl program to make this rank's certificate: none on PATH "
-                              "(install OpenSSL, or unset UNICCL_TCP_TLS)")
+            raise unavailable(
+                "needs the openssl program to make this rank's certificate: none on PATH "
+                "(install OpenSSL, or unset UNICCL_TCP_TLS)"
+            )
         self._fds = [os.memfd_create("uniccl-tls-key"), os.memfd_create("uniccl-tls-cert")]
         self._key, self._cert = (f"/proc/self/fd/{fd}" for fd in self._fds)
         try:
-            res = subprocess.run([exe, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                                  "-nodes", "-sha256", "-days", "30", "-subj", "/CN=uniccl", "-batch",
-                                  "-keyout", self._key, "-out", self._cert],
-                                 pass_fds=self._fds, capture_output=True, text=True, timeout=60)
+            res = subprocess.run(
+                [
+                    exe,
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-nodes",
+                    "-sha256",
+                    "-days",
+                    "30",
+                    "-subj",
+                    "/CN=uniccl",
+                    "-batch",
+                    "-keyout",
+                    self._key,
+                    "-out",
+                    self._cert,
+                ],
+                pass_fds=self._fds,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             why = res.stderr.strip()[-300:] if res.returncode else ""
         except (OSError, subprocess.SubprocessError) as exc:
             why = str(exc)
@@ -1678,8 +1786,9 @@ class _TLSIdentity:
                 stream.flush_blocking()  # the alert: the peer learns why at once
             except OSError:
                 pass
-            raise ConnectionRefusedError(f"TLS: it does not hold the certificate it published "
-                                         f"({exc.verify_message})") from None
+            raise ConnectionRefusedError(
+                f"TLS: it does not hold the certificate it published ({exc.verify_message})"
+            ) from None
         got = hashlib.sha256(stream.obj.getpeercert(binary_form=True)).hexdigest()
         if not hmac.compare_digest(got, str(theirs.get("sha256", ""))):
             raise ConnectionRefusedError(f"TLS: its certificate (SHA-256 {got[:16]}...) is not the one it published")
@@ -1736,5 +1845,3 @@ def derive_context(parent: int, n: int, color: int) -> int:
     other communicators each of them made (a hash of its lineage, 2 low bits free)."""
     digest = hashlib.sha256(f"{parent}/{n}/{color}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ~3
-
-

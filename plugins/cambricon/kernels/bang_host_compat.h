@@ -24,12 +24,16 @@
 enum uc_host_dir { GDRAM2NRAM, NRAM2GDRAM };
 inline thread_local int taskId, taskDim;
 
-inline void __memcpy(void *dst, const void *src, int bytes, uc_host_dir) { memcpy(dst, src, (size_t)bytes); }
+inline void __memcpy(void *dst, const void *src, int bytes, uc_host_dir) {
+    memcpy(dst, src, (size_t)bytes);
+}
 inline void __bang_add(float *dst, const float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) dst[i] = a[i] + b[i];
+    for (int i = 0; i < n; i++)
+        dst[i] = a[i] + b[i];
 }
 inline void __bang_mul(float *dst, const float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) dst[i] = a[i] * b[i];
+    for (int i = 0; i < n; i++)
+        dst[i] = a[i] * b[i];
 }
 
 struct cnrtDim3_t {
@@ -38,11 +42,12 @@ struct cnrtDim3_t {
 enum cnrtFunctionType_t { cnrtFuncTypeBlock = 1 };
 typedef void *cnrtQueue_t;
 
-#define UC_BANG_LAUNCH(kernel, dim, ktype, queue, ...)                       \
-    do {                                                                    \
-        (void)(ktype), (void)(queue);                                       \
-        taskDim = (int)((dim).x * (dim).y * (dim).z);                       \
-        for (taskId = 0; taskId < taskDim; taskId++) kernel(__VA_ARGS__);   \
+#define UC_BANG_LAUNCH(kernel, dim, ktype, queue, ...)                                                       \
+    do {                                                                                                     \
+        (void)(ktype), (void)(queue);                                                                        \
+        taskDim = (int)((dim).x * (dim).y * (dim).z);                                                        \
+        for (taskId = 0; taskId < taskDim; taskId++)                                                         \
+            kernel(__VA_ARGS__);                                                                             \
     } while (0)
 #define uc_bang_last_error() 0
 #define UC_BANG_COMPILER "host emulation (g++ " __VERSION__ ")"

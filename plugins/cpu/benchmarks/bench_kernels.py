@@ -7,6 +7,7 @@ uniccl is called through its hook, as the core calls it.
 
     python benchmarks/bench_kernels.py [--variant avx2] [--repeats 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,11 +75,10 @@ def main() -> None:
             pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
             reduce = uniccl_cpu.uniccl_reduce
             ours, theirs = seconds_per_call(
-                [lambda: reduce(pc, pa, pb, n, code, SUM, None), lambda: np.add(a, b, out=c)],
-                args.repeats)
+                [lambda: reduce(pc, pa, pb, n, code, SUM, None), lambda: np.add(a, b, out=c)], args.repeats
+            )
             gbs = 3 * nbytes / 1e9
-            print(f"{name:<9} {label:>7} {gbs / ours:9.1f} {gbs / theirs:9.1f} {theirs / ours:6.2f}x",
-                  flush=True)
+            print(f"{name:<9} {label:>7} {gbs / ours:9.1f} {gbs / theirs:9.1f} {theirs / ours:6.2f}x", flush=True)
             for arr in (a, b, c):
                 uniccl_cpu.uniccl_host_free(arr.ctypes.data)
 

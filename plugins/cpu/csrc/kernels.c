@@ -24,7 +24,9 @@ static int cpu_avx2(void) {
 }
 #endif
 
-static int cpu_any(void) { return 1; }
+static int cpu_any(void) {
+    return 1;
+}
 
 static const struct {
     const char *name;
@@ -57,39 +59,32 @@ static const uc_kernel_table *table(void) {
 }
 
 int uc_reduce_check(int dtype, int op) {
-    if (dtype < 0 || dtype >= UC_NUM_DTYPES)
-        return UC_EDTYPE;
-    if (op < 0 || op >= UC_NUM_OPS)
-        return UC_EOP;
+    if (dtype < 0 || dtype >= UC_NUM_DTYPES) return UC_EDTYPE;
+    if (op < 0 || op >= UC_NUM_OPS) return UC_EOP;
     return UC_OK;
 }
 
 int uc_scale_check(int dtype, int64_t divisor) {
-    if (dtype < 0 || dtype >= UC_NUM_DTYPES)
-        return UC_EDTYPE;
-    if (divisor < 1)
-        return UC_EDIVISOR;
+    if (dtype < 0 || dtype >= UC_NUM_DTYPES) return UC_EDTYPE;
+    if (divisor < 1) return UC_EDIVISOR;
     return UC_OK;
 }
 
 int uc_reduce(void *dst, const void *a, const void *b, size_t count, int dtype, int op) {
     int status = uc_reduce_check(dtype, op);
-    if (status == UC_OK)
-        table()->reduce[dtype][op](dst, a, b, count);
+    if (status == UC_OK) table()->reduce[dtype][op](dst, a, b, count);
     return status;
 }
 
 int uc_scale(void *dst, const void *src, size_t count, int dtype, int64_t divisor) {
     int status = uc_scale_check(dtype, divisor);
-    if (status == UC_OK)
-        table()->scale[dtype](dst, src, count, divisor);
+    if (status == UC_OK) table()->scale[dtype](dst, src, count, divisor);
     return status;
 }
 
 const char *uc_kernels_available(int i) {
     for (int k = 0; k < NUM_VARIANTS; k++)
-        if (variants[k].supported() && i-- == 0)
-            return variants[k].name;
+        if (variants[k].supported() && i-- == 0) return variants[k].name;
     return NULL;
 }
 

@@ -8,8 +8,18 @@
 
 /* Codes equal uniccl._types.DType and ReduceOp (the plugin ABI). */
 enum {
-    UC_INT8, UC_UINT8, UC_INT32, UC_UINT32, UC_INT64, UC_UINT64,
-    UC_FLOAT16, UC_FLOAT32, UC_FLOAT64, UC_BFLOAT16, UC_INT16, UC_UINT16,
+    UC_INT8,
+    UC_UINT8,
+    UC_INT32,
+    UC_UINT32,
+    UC_INT64,
+    UC_UINT64,
+    UC_FLOAT16,
+    UC_FLOAT32,
+    UC_FLOAT64,
+    UC_BFLOAT16,
+    UC_INT16,
+    UC_UINT16,
     UC_NUM_DTYPES
 };
 enum { UC_SUM, UC_PROD, UC_MAX, UC_MIN, UC_NUM_OPS }; /* AVG is SUM then scale */

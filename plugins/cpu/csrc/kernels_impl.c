@@ -21,14 +21,17 @@
  * element i is always read before it is written and no iteration depends on
  * another: ivdep lets GCC drop its runtime overlap checks, which would otherwise
  * send the in-place case to the scalar loop. */
-#define EACH(body) _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) { body; }
+#define EACH(body)                                                                                           \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                                                    \
+        body;                                                                                                \
+    }
 
 /* dst[i] = narrow(expr) with x = widen(a[i]), y = widen(b[i]) of compute type C. */
-#define REDUCE(name, T, C, widen, narrow, expr)                               \
-    static void name(void *dst, const void *pa, const void *pb, size_t n) {   \
-        T *d = dst;                                                           \
-        const T *a = pa, *b = pb;                                             \
-        EACH(C x = widen(a[i]); C y = widen(b[i]); d[i] = narrow(expr))       \
+#define REDUCE(name, T, C, widen, narrow, expr)                                                              \
+    static void name(void *dst, const void *pa, const void *pb, size_t n) {                                  \
+        T *d = dst;                                                                                          \
+        const T *a = pa, *b = pb;                                                                            \
+        EACH(C x = widen(a[i]); C y = widen(b[i]); d[i] = narrow(expr))                                      \
     }
 #define SAME(v) (v)
 
@@ -36,30 +39,30 @@
  * that narrow types are not promoted to signed int), which wraps like numpy
  * instead of overflowing signed arithmetic (undefined behaviour).  Scale divides
  * in the 64-bit type W, truncating toward zero like C and NCCL's ncclAvg. */
-#define INT_KERNELS(tag, T, U, W)                                             \
-    REDUCE(sum_##tag, T, T, SAME, SAME, (T)((U)x + (U)y))                     \
-    REDUCE(prod_##tag, T, T, SAME, SAME, (T)((U)x * (U)y))                    \
-    REDUCE(max_##tag, T, T, SAME, SAME, x > y ? x : y)                        \
-    REDUCE(min_##tag, T, T, SAME, SAME, x < y ? x : y)                        \
-    static void scale_##tag(void *dst, const void *ps, size_t n, int64_t div) { \
-        T *d = dst;                                                           \
-        const T *s = ps;                                                      \
-        const W q = (W)div;                                                   \
-        EACH(d[i] = (T)((W)s[i] / q))                                         \
+#define INT_KERNELS(tag, T, U, W)                                                                            \
+    REDUCE(sum_##tag, T, T, SAME, SAME, (T)((U)x + (U)y))                                                    \
+    REDUCE(prod_##tag, T, T, SAME, SAME, (T)((U)x * (U)y))                                                   \
+    REDUCE(max_##tag, T, T, SAME, SAME, x > y ? x : y)                                                       \
+    REDUCE(min_##tag, T, T, SAME, SAME, x < y ? x : y)                                                       \
+    static void scale_##tag(void *dst, const void *ps, size_t n, int64_t div) {                              \
+        T *d = dst;                                                                                          \
+        const T *s = ps;                                                                                     \
+        const W q = (W)div;                                                                                  \
+        EACH(d[i] = (T)((W)s[i] / q))                                                                        \
     }
 
 /* Floats, computed in C and narrowed once.  A NaN in either input gives NaN and
  * ties return y, exactly like np.maximum / np.minimum (-0.0 versus 0.0). */
-#define FLOAT_KERNELS(tag, T, C, widen, narrow)                               \
-    REDUCE(sum_##tag, T, C, widen, narrow, x + y)                             \
-    REDUCE(prod_##tag, T, C, widen, narrow, x * y)                            \
-    REDUCE(max_##tag, T, C, widen, narrow, (x > y || x != x) ? x : y)         \
-    REDUCE(min_##tag, T, C, widen, narrow, (x < y || x != x) ? x : y)         \
-    static void scale_##tag(void *dst, const void *ps, size_t n, int64_t div) { \
-        T *d = dst;                                                           \
-        const T *s = ps;                                                      \
-        const C q = (C)div;                                                   \
-        EACH(d[i] = narrow(widen(s[i]) / q))                                  \
+#define FLOAT_KERNELS(tag, T, C, widen, narrow)                                                              \
+    REDUCE(sum_##tag, T, C, widen, narrow, x + y)                                                            \
+    REDUCE(prod_##tag, T, C, widen, narrow, x *y)                                                            \
+    REDUCE(max_##tag, T, C, widen, narrow, (x > y || x != x) ? x : y)                                        \
+    REDUCE(min_##tag, T, C, widen, narrow, (x < y || x != x) ? x : y)                                        \
+    static void scale_##tag(void *dst, const void *ps, size_t n, int64_t div) {                              \
+        T *d = dst;                                                                                          \
+        const T *s = ps;                                                                                     \
+        const C q = (C)div;                                                                                  \
+        EACH(d[i] = narrow(widen(s[i]) / q))                                                                 \
     }
 
 /* bfloat16 is the top half of a float32.  Narrowing rounds to nearest even by
@@ -128,18 +131,18 @@ static void f32_to_f16(uint16_t *restrict h, const float *restrict f, size_t n) 
  * float32 kernel and narrows once: one rounding per element.  512 floats per
  * operand keeps both blocks in L1. */
 #define F16_BLOCK 512
-#define F16_REDUCE(op)                                                        \
-    static void op##_f16(void *dst, const void *pa, const void *pb, size_t n) { \
-        uint16_t *d = dst;                                                    \
-        const uint16_t *a = pa, *b = pb;                                      \
-        float x[F16_BLOCK], y[F16_BLOCK];                                     \
-        for (size_t i = 0; i < n; i += F16_BLOCK) {                           \
-            size_t m = n - i < F16_BLOCK ? n - i : F16_BLOCK;                 \
-            f16_to_f32(x, a + i, m);                                          \
-            f16_to_f32(y, b + i, m);                                          \
-            op##_f32(x, x, y, m);                                             \
-            f32_to_f16(d + i, x, m);                                          \
-        }                                                                     \
+#define F16_REDUCE(op)                                                                                       \
+    static void op##_f16(void *dst, const void *pa, const void *pb, size_t n) {                              \
+        uint16_t *d = dst;                                                                                   \
+        const uint16_t *a = pa, *b = pb;                                                                     \
+        float x[F16_BLOCK], y[F16_BLOCK];                                                                    \
+        for (size_t i = 0; i < n; i += F16_BLOCK) {                                                          \
+            size_t m = n - i < F16_BLOCK ? n - i : F16_BLOCK;                                                \
+            f16_to_f32(x, a + i, m);                                                                         \
+            f16_to_f32(y, b + i, m);                                                                         \
+            op##_f32(x, x, y, m);                                                                            \
+            f32_to_f16(d + i, x, m);                                                                         \
+        }                                                                                                    \
     }
 
 F16_REDUCE(sum)
@@ -162,20 +165,34 @@ static void scale_f16(void *dst, const void *ps, size_t n, int64_t div) {
 #define OPS(tag) {sum_##tag, prod_##tag, max_##tag, min_##tag}
 
 const uc_kernel_table CAT(uc_kernels_, UC_VARIANT) = {
-    .reduce = {
-        [UC_INT8] = OPS(i8),       [UC_UINT8] = OPS(u8),
-        [UC_INT16] = OPS(i16),     [UC_UINT16] = OPS(u16),
-        [UC_INT32] = OPS(i32),     [UC_UINT32] = OPS(u32),
-        [UC_INT64] = OPS(i64),     [UC_UINT64] = OPS(u64),
-        [UC_FLOAT16] = OPS(f16),   [UC_BFLOAT16] = OPS(bf16),
-        [UC_FLOAT32] = OPS(f32),   [UC_FLOAT64] = OPS(f64),
-    },
-    .scale = {
-        [UC_INT8] = scale_i8,      [UC_UINT8] = scale_u8,
-        [UC_INT16] = scale_i16,    [UC_UINT16] = scale_u16,
-        [UC_INT32] = scale_i32,    [UC_UINT32] = scale_u32,
-        [UC_INT64] = scale_i64,    [UC_UINT64] = scale_u64,
-        [UC_FLOAT16] = scale_f16,  [UC_BFLOAT16] = scale_bf16,
-        [UC_FLOAT32] = scale_f32,  [UC_FLOAT64] = scale_f64,
-    },
+    .reduce =
+        {
+            [UC_INT8] = OPS(i8),
+            [UC_UINT8] = OPS(u8),
+            [UC_INT16] = OPS(i16),
+            [UC_UINT16] = OPS(u16),
+            [UC_INT32] = OPS(i32),
+            [UC_UINT32] = OPS(u32),
+            [UC_INT64] = OPS(i64),
+            [UC_UINT64] = OPS(u64),
+            [UC_FLOAT16] = OPS(f16),
+            [UC_BFLOAT16] = OPS(bf16),
+            [UC_FLOAT32] = OPS(f32),
+            [UC_FLOAT64] = OPS(f64),
+        },
+    .scale =
+        {
+            [UC_INT8] = scale_i8,
+            [UC_UINT8] = scale_u8,
+            [UC_INT16] = scale_i16,
+            [UC_UINT16] = scale_u16,
+            [UC_INT32] = scale_i32,
+            [UC_UINT32] = scale_u32,
+            [UC_INT64] = scale_i64,
+            [UC_UINT64] = scale_u64,
+            [UC_FLOAT16] = scale_f16,
+            [UC_BFLOAT16] = scale_bf16,
+            [UC_FLOAT32] = scale_f32,
+            [UC_FLOAT64] = scale_f64,
+        },
 };

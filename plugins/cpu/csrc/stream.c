@@ -29,8 +29,7 @@ static marker *marker_new(int refs) {
 }
 
 static void marker_release(marker *m) {
-    if (!m)
-        return;
+    if (!m) return;
     pthread_mutex_lock(&m->mu);
     int last = --m->refs == 0;
     pthread_mutex_unlock(&m->mu);
@@ -70,8 +69,7 @@ struct uc_event {
 
 uc_event *uc_event_create(void) {
     uc_event *e = calloc(1, sizeof *e);
-    if (e)
-        pthread_mutex_init(&e->mu, NULL);
+    if (e) pthread_mutex_init(&e->mu, NULL);
     return e;
 }
 
@@ -103,7 +101,9 @@ static marker *event_acquire_latest(uc_event *e) {
     return m;
 }
 
-void uc_event_record_now(uc_event *e) { event_set_latest(e, NULL); }
+void uc_event_record_now(uc_event *e) {
+    event_set_latest(e, NULL);
+}
 
 int uc_event_query(uc_event *e) {
     marker *m = event_acquire_latest(e);
@@ -152,19 +152,11 @@ struct uc_stream {
 
 static int run(task *t) {
     switch (t->kind) {
-    case T_COPY:
-        memcpy(t->dst, t->a, t->n);
-        return UC_OK;
-    case T_REDUCE:
-        return t->reduce(t->dst, t->a, t->b, t->n, t->dtype, (int)t->arg);
-    case T_SCALE:
-        return t->scale(t->dst, t->a, t->n, t->dtype, t->arg);
-    case T_RECORD:
-        marker_complete(t->marker);
-        break;
-    case T_WAIT:
-        marker_wait(t->marker);
-        break;
+    case T_COPY: memcpy(t->dst, t->a, t->n); return UC_OK;
+    case T_REDUCE: return t->reduce(t->dst, t->a, t->b, t->n, t->dtype, (int)t->arg);
+    case T_SCALE: return t->scale(t->dst, t->a, t->n, t->dtype, t->arg);
+    case T_RECORD: marker_complete(t->marker); break;
+    case T_WAIT: marker_wait(t->marker); break;
     }
     marker_release(t->marker);
     return UC_OK;
@@ -177,11 +169,9 @@ static void *worker(void *arg) {
         while (!s->head && !s->stopping)
             pthread_cond_wait(&s->work, &s->mu);
         task *t = s->head;
-        if (!t)
-            break; /* stopping and drained */
+        if (!t) break; /* stopping and drained */
         s->head = t->next;
-        if (!s->head)
-            s->tail = NULL;
+        if (!s->head) s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
 
         int status = run(t);
@@ -199,8 +189,7 @@ static void *worker(void *arg) {
 
 uc_stream *uc_stream_create(void) {
     uc_stream *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -241,8 +230,7 @@ uc_error uc_stream_synchronize(uc_stream *s) {
 
 static task *task_new(int kind) {
     task *t = calloc(1, sizeof *t);
-    if (t)
-        t->kind = kind;
+    if (t) t->kind = kind;
     return t;
 }
 
@@ -260,8 +248,7 @@ static void push(uc_stream *s, task *t) {
 
 int uc_stream_copy(uc_stream *s, void *dst, const void *src, size_t nbytes) {
     task *t = task_new(T_COPY);
-    if (!t)
-        return UC_ENOMEM;
+    if (!t) return UC_ENOMEM;
     t->dst = dst;
     t->a = src;
     t->n = nbytes;
@@ -269,11 +256,10 @@ int uc_stream_copy(uc_stream *s, void *dst, const void *src, size_t nbytes) {
     return UC_OK;
 }
 
-int uc_stream_reduce(uc_stream *s, uc_reduce_fn fn, void *dst, const void *a, const void *b,
-                     size_t n, int dtype, int op) {
+int uc_stream_reduce(uc_stream *s, uc_reduce_fn fn, void *dst, const void *a, const void *b, size_t n,
+                     int dtype, int op) {
     task *t = task_new(T_REDUCE);
-    if (!t)
-        return UC_ENOMEM;
+    if (!t) return UC_ENOMEM;
     t->reduce = fn;
     t->dst = dst;
     t->a = a;
@@ -285,11 +271,10 @@ int uc_stream_reduce(uc_stream *s, uc_reduce_fn fn, void *dst, const void *a, co
     return UC_OK;
 }
 
-int uc_stream_scale(uc_stream *s, uc_scale_fn fn, void *dst, const void *src, size_t n,
-                    int dtype, int64_t divisor) {
+int uc_stream_scale(uc_stream *s, uc_scale_fn fn, void *dst, const void *src, size_t n, int dtype,
+                    int64_t divisor) {
     task *t = task_new(T_SCALE);
-    if (!t)
-        return UC_ENOMEM;
+    if (!t) return UC_ENOMEM;
     t->scale = fn;
     t->dst = dst;
     t->a = src;
@@ -315,8 +300,7 @@ int uc_stream_record(uc_stream *s, uc_event *e) {
 
 int uc_stream_wait(uc_stream *s, uc_event *e) {
     marker *m = event_acquire_latest(e);
-    if (!m)
-        return UC_OK;
+    if (!m) return UC_OK;
     if (marker_done(m)) { /* nothing to wait for: keep the queue short */
         marker_release(m);
         return UC_OK;

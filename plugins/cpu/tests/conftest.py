@@ -1,4 +1,5 @@
 """Fixtures of the cpu plugin's tests (helpers live in cpu_helpers.py)."""
+
 import pytest
 import uniccl_cpu
 from uniccl_cpu import _kernels

@@ -1,5 +1,6 @@
 """Reduce and scale kernels against independent numpy references, for every
 kernel variant this CPU runs."""
+
 import numpy as np
 import pytest
 from cpu_helpers import FLOATS, HALFS, INTS, NUMPY, addr
@@ -24,8 +25,7 @@ def reference_reduce(a, b, dtype, op):
             return (x + y if op == ReduceOp.SUM else x * y).astype(nd)
         compute = np.float32 if dtype in HALFS else nd
         x, y = a.astype(compute), b.astype(compute)
-        fn = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply,
-              ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}[op]
+        fn = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}[op]
         return fn(x, y).astype(nd)
 
 
@@ -84,17 +84,20 @@ def test_reduce_in_place(plugin, variant, dtype, op, in_place):
     assert_same(dst, ref)
 
 
-@pytest.mark.parametrize("dtype, x, y, op, expected", [
-    (DType.INT8, 127, 1, ReduceOp.SUM, -128),
-    (DType.UINT8, 255, 1, ReduceOp.SUM, 0),
-    (DType.INT16, 300, 300, ReduceOp.PROD, 90000 - 65536),
-    (DType.UINT16, 65535, 65535, ReduceOp.PROD, 1),
-    (DType.INT32, 2**31 - 1, 2, ReduceOp.PROD, -2),
-    (DType.UINT32, 2**32 - 1, 2, ReduceOp.SUM, 1),
-    (DType.INT64, -2**63, -1, ReduceOp.SUM, 2**63 - 1),
-    (DType.UINT64, 2**64 - 1, 2**64 - 1, ReduceOp.PROD, 1),
-    (DType.INT64, -2**63, -1, ReduceOp.PROD, -2**63),
-])
+@pytest.mark.parametrize(
+    "dtype, x, y, op, expected",
+    [
+        (DType.INT8, 127, 1, ReduceOp.SUM, -128),
+        (DType.UINT8, 255, 1, ReduceOp.SUM, 0),
+        (DType.INT16, 300, 300, ReduceOp.PROD, 90000 - 65536),
+        (DType.UINT16, 65535, 65535, ReduceOp.PROD, 1),
+        (DType.INT32, 2**31 - 1, 2, ReduceOp.PROD, -2),
+        (DType.UINT32, 2**32 - 1, 2, ReduceOp.SUM, 1),
+        (DType.INT64, -(2**63), -1, ReduceOp.SUM, 2**63 - 1),
+        (DType.UINT64, 2**64 - 1, 2**64 - 1, ReduceOp.PROD, 1),
+        (DType.INT64, -(2**63), -1, ReduceOp.PROD, -(2**63)),
+    ],
+)
 def test_integer_wraparound(plugin, variant, dtype, x, y, op, expected):
     nd = NUMPY[dtype]
     a, b, dst = np.full(37, x, nd), np.full(37, y, nd), np.empty(37, nd)
@@ -138,15 +141,21 @@ def test_scale_truncates_negative_integers_toward_zero(plugin, variant):
     dst = np.empty_like(src)
     plugin.uniccl_scale(addr(dst), addr(src), src.size, int(DType.INT8), 2, None)
     assert dst.tolist() == [-3, 3, 0, -64, 63, -3]
-    big = np.array([-2**63, 2**63 - 1], np.int64)
+    big = np.array([-(2**63), 2**63 - 1], np.int64)
     plugin.uniccl_scale(addr(big), addr(big), 2, int(DType.INT64), 3, None)
     assert big.tolist() == [-(2**63 // 3), (2**63 - 1) // 3]
 
 
-@pytest.mark.parametrize("dtype, op", [
-    (int(DType.FLOAT32), int(ReduceOp.AVG)), (int(DType.FLOAT32), 5), (int(DType.FLOAT32), -1),
-    (12, int(ReduceOp.SUM)), (-1, int(ReduceOp.SUM)),
-])
+@pytest.mark.parametrize(
+    "dtype, op",
+    [
+        (int(DType.FLOAT32), int(ReduceOp.AVG)),
+        (int(DType.FLOAT32), 5),
+        (int(DType.FLOAT32), -1),
+        (12, int(ReduceOp.SUM)),
+        (-1, int(ReduceOp.SUM)),
+    ],
+)
 def test_reduce_rejects_unknown_dtype_or_op(plugin, dtype, op):
     a = np.ones(4, np.float32)
     with pytest.raises(InvalidArgument) as info:

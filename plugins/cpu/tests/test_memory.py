@@ -1,4 +1,5 @@
 """Page-aligned allocation and copies."""
+
 import numpy as np
 import pytest
 from cpu_helpers import view
@@ -9,8 +10,10 @@ from uniccl._types import MemcpyKind
 
 @pytest.mark.parametrize("nbytes", [0, 1, 4095, 4097, 1 << 20])
 def test_allocations_are_page_aligned_and_usable(plugin, nbytes):
-    for ptr, free in [(plugin.uniccl_mem_alloc(0, nbytes), lambda p: plugin.uniccl_mem_free(0, p)),
-                      (plugin.uniccl_host_alloc(nbytes), plugin.uniccl_host_free)]:
+    for ptr, free in [
+        (plugin.uniccl_mem_alloc(0, nbytes), lambda p: plugin.uniccl_mem_free(0, p)),
+        (plugin.uniccl_host_alloc(nbytes), plugin.uniccl_host_free),
+    ]:
         assert ptr != 0 and ptr % 4096 == 0
         buf = view(ptr, nbytes, np.uint8)
         buf[:] = 0xA5  # writable over its whole length

@@ -1,4 +1,5 @@
 """The plugin as the core sees it: registration through pluggy, probe, claims."""
+
 from importlib.metadata import entry_points
 
 import pluggy

@@ -1,5 +1,6 @@
 """Streams keep issue order, events order work across streams, and failures of
 asynchronous work reach the caller."""
+
 import os
 import threading
 

@@ -34,12 +34,10 @@ typedef void *uc_stream_t;
 
 namespace uc_host {
 
-template <typename... P>
-struct Launch {
+template <typename... P> struct Launch {
     unsigned grid, block;
     void (*kernel)(P...);
-    template <typename... A>
-    void operator()(A... args) const {
+    template <typename... A> void operator()(A... args) const {
         gridDim = uc_dim3{grid, 1, 1};
         blockDim = uc_dim3{block, 1, 1};
         for (unsigned b = 0; b < grid; b++)
@@ -51,8 +49,7 @@ struct Launch {
     }
 };
 
-template <typename... P>
-Launch<P...> launch(unsigned grid, unsigned block, void (*kernel)(P...)) {
+template <typename... P> Launch<P...> launch(unsigned grid, unsigned block, void (*kernel)(P...)) {
     return Launch<P...>{grid, block, kernel};
 }
 
@@ -68,10 +65,9 @@ inline float bits_f32(uint32_t u) {
     return f;
 }
 
-}  // namespace uc_host
+} // namespace uc_host
 
-#define UC_LAUNCH(grid, block, stream, ...) \
-    ((void)(stream), ::uc_host::launch((grid), (block), __VA_ARGS__))
+#define UC_LAUNCH(grid, block, stream, ...) ((void)(stream), ::uc_host::launch((grid), (block), __VA_ARGS__))
 
 /* Storage types: 16 bits, nothing else, like __half and __nv_bfloat16. */
 struct uc_f16 {
@@ -84,40 +80,42 @@ struct uc_bf16 {
 inline float uc_f16_to_float(uc_f16 h) {
     const uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
     const uint32_t exp = (h.bits >> 10) & 0x1Fu, mant = h.bits & 0x3FFu;
-    if (exp == 0x1F) return uc_host::bits_f32(sign | 0x7F800000u | (mant << 13));  // inf, NaN
-    if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    if (exp == 0x1F) return uc_host::bits_f32(sign | 0x7F800000u | (mant << 13)); // inf, NaN
+    if (exp == 0) { // zero or subnormal: mant * 2^-24, exact in float
         const float v = (float)mant * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
-    return uc_host::bits_f32(sign | ((exp + 112) << 23) | (mant << 13));  // rebias 15 -> 127
+    return uc_host::bits_f32(sign | ((exp + 112) << 23) | (mant << 13)); // rebias 15 -> 127
 }
 
 inline uc_f16 uc_float_to_f16(float f) {
     const uint32_t u = uc_host::f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t ax = u & 0x7FFFFFFFu;
-    if (ax > 0x7F800000u)  // NaN, made quiet
+    if (ax > 0x7F800000u) // NaN, made quiet
         return uc_f16{(uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu))};
-    if (ax >= 0x477FF000u) return uc_f16{(uint16_t)(sign | 0x7C00u)};  // >= 65520 rounds to inf
-    if (ax >= 0x38800000u) {  // normal half: round the 13 dropped bits to nearest even
+    if (ax >= 0x477FF000u) return uc_f16{(uint16_t)(sign | 0x7C00u)}; // >= 65520 rounds to inf
+    if (ax >= 0x38800000u) { // normal half: round the 13 dropped bits to nearest even
         ax += 0xFFFu + ((ax >> 13) & 1u);
         return uc_f16{(uint16_t)(sign | ((ax - 0x38000000u) >> 13))};
     }
-    if (ax <= 0x33000000u) return uc_f16{sign};  // <= 2^-25: rounds to (even) zero
+    if (ax <= 0x33000000u) return uc_f16{sign}; // <= 2^-25: rounds to (even) zero
     // subnormal half, in units of 2^-24: the 24-bit significand shifted right by 14..24
     const uint32_t shift = 126 - (ax >> 23), sig = (ax & 0x7FFFFFu) | 0x800000u;
     uint32_t q = sig >> shift;
     const uint32_t rem = sig & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) q++;  // may carry into the smallest normal
+    if (rem > half || (rem == half && (q & 1u))) q++; // may carry into the smallest normal
     return uc_f16{(uint16_t)(sign | q)};
 }
 
 /* bfloat16 is the top half of a float32. */
-inline float uc_bf16_to_float(uc_bf16 h) { return uc_host::bits_f32((uint32_t)h.bits << 16); }
+inline float uc_bf16_to_float(uc_bf16 h) {
+    return uc_host::bits_f32((uint32_t)h.bits << 16);
+}
 
 inline uc_bf16 uc_float_to_bf16(float f) {
     const uint32_t u = uc_host::f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)  // NaN: truncate (rounding could carry it to inf), quiet
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) // NaN: truncate (rounding could carry it to inf), quiet
         return uc_bf16{(uint16_t)((u | 0x400000u) >> 16)};
     return uc_bf16{(uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
 }

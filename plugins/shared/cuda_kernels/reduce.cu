@@ -16,8 +16,7 @@ namespace {
 // operations.  Integers add and multiply in the unsigned type U (at least 32
 // bits, so narrow types are not promoted to signed int): wraps like numpy, with
 // no signed-overflow undefined behaviour.
-template <typename T, typename U>
-struct IntNum {
+template <typename T, typename U> struct IntNum {
     typedef T C;
     static __device__ __forceinline__ C load(T v) { return v; }
     static __device__ __forceinline__ T store(C v) { return v; }
@@ -26,8 +25,7 @@ struct IntNum {
     static __device__ __forceinline__ bool isnan(C) { return false; }
 };
 
-template <typename C_>
-struct FloatNum {
+template <typename C_> struct FloatNum {
     typedef C_ C;
     static __device__ __forceinline__ C add(C x, C y) { return x + y; }
     static __device__ __forceinline__ C mul(C x, C y) { return x * y; }
@@ -62,8 +60,7 @@ template <> struct Num<uc_bf16> : FloatNum<float> {
 };
 
 // The element functions the kernel maps: f(a[i], b[i]).
-template <typename T, int OP>
-struct Reduce {
+template <typename T, int OP> struct Reduce {
     __device__ __forceinline__ T operator()(T a, T b) const {
         typedef Num<T> N;
         const typename N::C x = N::load(a), y = N::load(b);
@@ -81,8 +78,7 @@ struct Reduce {
 // src / q in the division type D: the compute type for floats; for integers a
 // signed or unsigned type wide enough for T and q, so C's truncation toward zero
 // is NCCL's ncclAvg rounding.
-template <typename T, typename D>
-struct Scale {
+template <typename T, typename D> struct Scale {
     D q;
     __device__ __forceinline__ T operator()(T a, T) const {
         typedef Num<T> N;
@@ -91,13 +87,12 @@ struct Scale {
 };
 
 // ---------------------------------------------------------------------- kernel
-const unsigned kThreads = 256;   // a multiple of every vendor's warp (32, 64, 128)
-const unsigned kMaxBlocks = 2048;  // enough to fill any current GPU; grid-stride beyond
+const unsigned kThreads = 256;    // a multiple of every vendor's warp (32, 64, 128)
+const unsigned kMaxBlocks = 2048; // enough to fill any current GPU; grid-stride beyond
 
 // 16 bytes of T: one 128-bit load or store where the pointers allow.  Loops over
 // v[] have a constant trip count, which every device compiler unrolls.
-template <typename T>
-struct alignas(16) Pack {
+template <typename T> struct alignas(16) Pack {
     static const unsigned N = 16 / sizeof(T);
     T v[N];
 };
@@ -107,8 +102,7 @@ struct alignas(16) Pack {
 // each when vectorised, everything when the pointers cannot be).  Every element is
 // read before it is written by the same thread, so dst may equal a or b.
 template <typename T, typename F>
-__global__ void uc_map_kernel(T *dst, const T *a, const T *b, size_t count, size_t head,
-                              size_t nvec, F f) {
+__global__ void uc_map_kernel(T *dst, const T *a, const T *b, size_t count, size_t head, size_t nvec, F f) {
     typedef Pack<T> P;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -118,11 +112,14 @@ __global__ void uc_map_kernel(T *dst, const T *a, const T *b, size_t count, size
     for (size_t i = tid; i < nvec; i += stride) {
         const P x = av[i], y = bv[i];
         P r;
-        for (unsigned k = 0; k < P::N; k++) r.v[k] = f(x.v[k], y.v[k]);
+        for (unsigned k = 0; k < P::N; k++)
+            r.v[k] = f(x.v[k], y.v[k]);
         dv[i] = r;
     }
-    for (size_t i = tid; i < head; i += stride) dst[i] = f(a[i], b[i]);
-    for (size_t i = head + nvec * P::N + tid; i < count; i += stride) dst[i] = f(a[i], b[i]);
+    for (size_t i = tid; i < head; i += stride)
+        dst[i] = f(a[i], b[i]);
+    for (size_t i = head + nvec * P::N + tid; i < count; i += stride)
+        dst[i] = f(a[i], b[i]);
 }
 
 template <typename T, typename F>
@@ -145,8 +142,8 @@ int run(void *dst_, const void *a_, const void *b_, size_t count, F f, void *str
     if (tail > work) work = tail;
     const size_t want = (work + kThreads - 1) / kThreads;
     const unsigned blocks = want < kMaxBlocks ? (unsigned)want : kMaxBlocks;
-    UC_LAUNCH(blocks, kThreads, static_cast<uc_stream_t>(stream), uc_map_kernel<T, F>)(
-        dst, a, b, count, head, nvec, f);
+    UC_LAUNCH(blocks, kThreads, static_cast<uc_stream_t>(stream), uc_map_kernel<T, F>)(dst, a, b, count, head,
+                                                                                       nvec, f);
     return uc_launch_error();
 }
 
@@ -171,17 +168,16 @@ int scale_t(void *dst, const void *src, size_t count, D divisor, void *stream) {
 // Integers of up to 32 bits divide in 32 bits (S32) while the divisor fits
 // (64-bit division is several times slower on GPUs), else in 64 bits (S64).
 template <typename T, typename S32, typename S64>
-int scale_int(void *dst, const void *src, size_t count, unsigned long long divisor,
-              unsigned long long max32, void *stream) {
-    if (divisor <= max32)
-        return scale_t<T, S32>(dst, src, count, (S32)divisor, stream);
+int scale_int(void *dst, const void *src, size_t count, unsigned long long divisor, unsigned long long max32,
+              void *stream) {
+    if (divisor <= max32) return scale_t<T, S32>(dst, src, count, (S32)divisor, stream);
     return scale_t<T, S64>(dst, src, count, (S64)divisor, stream);
 }
 
-}  // namespace
+} // namespace
 
-extern "C" int uniccl_cuda_reduce(void *dst, const void *a, const void *b, size_t count,
-                                  int dtype, int op, void *stream) {
+extern "C" int uniccl_cuda_reduce(void *dst, const void *a, const void *b, size_t count, int dtype, int op,
+                                  void *stream) {
     if (op < UNICCL_KSUM || op > UNICCL_KMIN) return UNICCL_KERNELS_EINVAL;
     switch (dtype) {
     case UNICCL_KINT8: return reduce_t<int8_t>(dst, a, b, count, op, stream);
@@ -206,16 +202,12 @@ extern "C" int uniccl_cuda_scale(void *dst, const void *src, size_t count, int d
     if (divisor == 0 || divisor > (unsigned long long)INT64_MAX) return UNICCL_KERNELS_EINVAL;
     const unsigned long long I32 = INT32_MAX, U32 = UINT32_MAX;
     switch (dtype) {
-    case UNICCL_KINT8:
-        return scale_int<int8_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
-    case UNICCL_KUINT8:
-        return scale_int<uint8_t, uint32_t, uint64_t>(dst, src, count, divisor, U32, stream);
-    case UNICCL_KINT16:
-        return scale_int<int16_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
+    case UNICCL_KINT8: return scale_int<int8_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
+    case UNICCL_KUINT8: return scale_int<uint8_t, uint32_t, uint64_t>(dst, src, count, divisor, U32, stream);
+    case UNICCL_KINT16: return scale_int<int16_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
     case UNICCL_KUINT16:
         return scale_int<uint16_t, uint32_t, uint64_t>(dst, src, count, divisor, U32, stream);
-    case UNICCL_KINT32:
-        return scale_int<int32_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
+    case UNICCL_KINT32: return scale_int<int32_t, int32_t, int64_t>(dst, src, count, divisor, I32, stream);
     case UNICCL_KUINT32:
         return scale_int<uint32_t, uint32_t, uint64_t>(dst, src, count, divisor, U32, stream);
     case UNICCL_KINT64: return scale_t<int64_t, int64_t>(dst, src, count, (int64_t)divisor, stream);
@@ -228,4 +220,6 @@ extern "C" int uniccl_cuda_scale(void *dst, const void *src, size_t count, int d
     }
 }
 
-extern "C" const char *uniccl_cuda_kernels_info(void) { return UC_KERNELS_COMPILER; }
+extern "C" const char *uniccl_cuda_kernels_info(void) {
+    return UC_KERNELS_COMPILER;
+}

@@ -68,8 +68,9 @@ typedef cudaStream_t uc_stream_t;
 #define UC_KERNELS_COMPILER "clang (ivcore)"
 #elif defined(__CUDA_ARCH_LIST__)
 /* nvcc >= 11.5 lists the targets it compiles for, e.g. 800,900 */
-#define UC_KERNELS_COMPILER "nvcc " UC_STR(__CUDACC_VER_MAJOR__) "." UC_STR(__CUDACC_VER_MINOR__) \
-    ": CUDA arch list " UC_STR(__CUDA_ARCH_LIST__)
+#define UC_KERNELS_COMPILER                                                                                  \
+    "nvcc " UC_STR(__CUDACC_VER_MAJOR__) "." UC_STR(__CUDACC_VER_MINOR__) ": CUDA arch list " UC_STR(        \
+        __CUDA_ARCH_LIST__)
 #else
 #define UC_KERNELS_COMPILER "cuda"
 #endif

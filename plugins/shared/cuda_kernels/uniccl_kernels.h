@@ -23,8 +23,17 @@ extern "C" {
 
 /* Codes equal uniccl._types.DType and ReduceOp (the plugin ABI). */
 enum {
-    UNICCL_KINT8, UNICCL_KUINT8, UNICCL_KINT32, UNICCL_KUINT32, UNICCL_KINT64, UNICCL_KUINT64,
-    UNICCL_KFLOAT16, UNICCL_KFLOAT32, UNICCL_KFLOAT64, UNICCL_KBFLOAT16, UNICCL_KINT16,
+    UNICCL_KINT8,
+    UNICCL_KUINT8,
+    UNICCL_KINT32,
+    UNICCL_KUINT32,
+    UNICCL_KINT64,
+    UNICCL_KUINT64,
+    UNICCL_KFLOAT16,
+    UNICCL_KFLOAT32,
+    UNICCL_KFLOAT64,
+    UNICCL_KBFLOAT16,
+    UNICCL_KINT16,
     UNICCL_KUINT16
 };
 enum { UNICCL_KSUM, UNICCL_KPROD, UNICCL_KMAX, UNICCL_KMIN }; /* AVG: SUM, then scale */
@@ -38,8 +47,8 @@ enum { UNICCL_KSUM, UNICCL_KPROD, UNICCL_KMAX, UNICCL_KMIN }; /* AVG: SUM, then 
  * computed in float32 and rounded to nearest even once; MAX/MIN propagate NaN like
  * np.maximum/np.minimum.  Returns 0, UNICCL_KERNELS_EINVAL, or the launch error
  * (the runtime's cudaGetLastError after the launch). */
-UNICCL_KERNELS_API int uniccl_cuda_reduce(void *dst, const void *a, const void *b, size_t count,
-                                          int dtype, int op, void *stream);
+UNICCL_KERNELS_API int uniccl_cuda_reduce(void *dst, const void *a, const void *b, size_t count, int dtype,
+                                          int op, void *stream);
 
 /* dst[i] = src[i] / divisor (AVG's last step).  Integers truncate toward zero like
  * NCCL's ncclAvg; floats divide in float32 (float64 for float64).  dst may equal

@@ -5,6 +5,7 @@ once all have, rank 0 unlinks it, so no exit path — not even kill -9 — can l
 it behind in /dev/shm.  Every rank learns whether all attached, so they all take
 the same transport.
 """
+
 from __future__ import annotations
 
 import errno
@@ -43,8 +44,10 @@ def shm_attach(comm, single_host: bool):
         return None, reason
     slot = _env.size("UNICCL_SHM_SLOT_BYTES")
     # the engine's tuning, read here (the engine's own reading of them is for direct users)
-    tuning = {key: _env.get(f"UNICCL_SHM_{key.upper()}") for key in (
-        "small_bytes", "cma_min_bytes", "nt_min_bytes", "cma_reduce_min_bytes", "spin_ns", "yield_ns")}
+    tuning = {
+        key: _env.get(f"UNICCL_SHM_{key.upper()}")
+        for key in ("small_bytes", "cma_min_bytes", "nt_min_bytes", "cma_reduce_min_bytes", "spin_ns", "yield_ns")
+    }
     tuning["cma"] = _env.flag("UNICCL_SHM_CMA")
     timeout = comm.timeout
     # checksums on every region read from a peer's slot: opt-in (their cost: docs/reliability.md);
@@ -55,13 +58,17 @@ def shm_attach(comm, single_host: bool):
     if comm.rank == 0:
         sweep_orphans()
         try:
-            engine = ShmEngine(name, 0, comm.size, True, slot, kernel, timeout, checksum=checksum, flip_ppm=flip_ppm,
-                               **tuning)
+            engine = ShmEngine(
+                name, 0, comm.size, True, slot, kernel, timeout, checksum=checksum, flip_ppm=flip_ppm, **tuning
+            )
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
             if getattr(exc, "errno", None) == errno.ENOSPC:  # every rank raises this, not a fallback
-                reason = (NO_SPACE, f"{exc.message}; make /dev/shm larger (docker run --shm-size=...), "
-                          "set UNICCL_SHM_SLOT_BYTES lower, or UNICCL_TRANSPORT=tcp")
+                reason = (
+                    NO_SPACE,
+                    f"{exc.message}; make /dev/shm larger (docker run --shm-size=...), "
+                    "set UNICCL_SHM_SLOT_BYTES lower, or UNICCL_TRANSPORT=tcp",
+                )
     name = t.bcast_obj(name, root=0)
     if comm.rank != 0 and name is not None:
         try:
@@ -73,8 +80,7 @@ def shm_attach(comm, single_host: bool):
         engine.unlink()  # everyone attached (or gave up): the name is no longer needed
     full = [r[1] for r in reasons if isinstance(r, (tuple, list)) and r[0] == NO_SPACE]
     if full:  # a /dev/shm too small: a typed error on every rank, not a dying rank or a slow fallback
-        raise InternalError(f"shared memory: {full[0]}", op="init", rank=comm.rank, errno=errno.ENOSPC,
-                            path="/dev/shm")
+        raise InternalError(f"shared memory: {full[0]}", op="init", rank=comm.rank, errno=errno.ENOSPC, path="/dev/shm")
     failed = [r for r in reasons if r]
     if failed:
         if engine is not None:

@@ -8,6 +8,7 @@ dev_list, rank_list, nrank, clique_id)`` (one communicator per process here),
 and no average (uniccl stages those through host memory, or sums then scales),
 ``cnclGetLibVersion(major, minor, patch)``.  Values from the public cncl.h of CNCL 1.25.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -19,15 +20,32 @@ from uniccl.kit import LibrarySearch, check_status
 from uniccl.kit._dl import BoundLibrary
 
 CNCL_STATUS = {
-    0x00: "CNCL_RET_SUCCESS", 0x01: "CNCL_RET_ERR_INTERNAL", 0x11: "CNCL_RET_ERR_UNSUPPORTED",
-    0x21: "CNCL_RET_ERR_NULL_POINTER", 0x31: "CNCL_RET_ERR_BUILD_RING", 0x41: "CNCL_RET_ERR_BUILD_TREE",
-    0x51: "CNCL_RET_ERR_INIT", 0x61: "CNCL_RET_ERR_NOT_INIT", 0x71: "CNCL_RET_ERR_REINIT",
-    0x81: "CNCL_RET_ERR_NO_ALGO", 0x91: "CNCL_RET_ERR_INVALID_VERSION", 0x02: "CNCL_RET_ERR_SYSTEM",
-    0x12: "CNCL_RET_ERR_SYS_MALLOC", 0x22: "CNCL_RET_ERR_SYS_SOCKET", 0x32: "CNCL_RET_ERR_SYS_IBV",
-    0x03: "CNCL_RET_ERR_MLU_RUNTIME", 0x13: "CNCL_RET_ERR_CNRT_DEVICE", 0x23: "CNCL_RET_ERR_CNRT_MEMCOPY",
-    0x33: "CNCL_RET_ERR_CNRT_MALLOC", 0x04: "CNCL_RET_ERR_MLU_DEVICE", 0x06: "CNCL_RET_ASYNC_IN_PROGRESS",
-    0x16: "CNCL_RET_ASYNC_ERROR", 0x26: "CNCL_RET_ASYNC_UNKNOWN_ERROR", 0x07: "CNCL_RET_ERR_ARGUMENTS",
-    0x08: "CNCL_RET_ERR_MLU_ALLOCATE", 0x18: "CNCL_RET_ERR_MLU_DEALLOCATE",
+    0x00: "CNCL_RET_SUCCESS",
+    0x01: "CNCL_RET_ERR_INTERNAL",
+    0x11: "CNCL_RET_ERR_UNSUPPORTED",
+    0x21: "CNCL_RET_ERR_NULL_POINTER",
+    0x31: "CNCL_RET_ERR_BUILD_RING",
+    0x41: "CNCL_RET_ERR_BUILD_TREE",
+    0x51: "CNCL_RET_ERR_INIT",
+    0x61: "CNCL_RET_ERR_NOT_INIT",
+    0x71: "CNCL_RET_ERR_REINIT",
+    0x81: "CNCL_RET_ERR_NO_ALGO",
+    0x91: "CNCL_RET_ERR_INVALID_VERSION",
+    0x02: "CNCL_RET_ERR_SYSTEM",
+    0x12: "CNCL_RET_ERR_SYS_MALLOC",
+    0x22: "CNCL_RET_ERR_SYS_SOCKET",
+    0x32: "CNCL_RET_ERR_SYS_IBV",
+    0x03: "CNCL_RET_ERR_MLU_RUNTIME",
+    0x13: "CNCL_RET_ERR_CNRT_DEVICE",
+    0x23: "CNCL_RET_ERR_CNRT_MEMCOPY",
+    0x33: "CNCL_RET_ERR_CNRT_MALLOC",
+    0x04: "CNCL_RET_ERR_MLU_DEVICE",
+    0x06: "CNCL_RET_ASYNC_IN_PROGRESS",
+    0x16: "CNCL_RET_ASYNC_ERROR",
+    0x26: "CNCL_RET_ASYNC_UNKNOWN_ERROR",
+    0x07: "CNCL_RET_ERR_ARGUMENTS",
+    0x08: "CNCL_RET_ERR_MLU_ALLOCATE",
+    0x18: "CNCL_RET_ERR_MLU_DEALLOCATE",
 }
 # uniccl DType -> cnclDataType_t (no float64)
 CNCL_DTYPES = {0: 0x20, 1: 0x30, 2: 0x22, 3: 0x32, 4: 0x23, 5: 0x33, 6: 0x10, 7: 0x12, 9: 0x11, 10: 0x21, 11: 0x31}
@@ -45,8 +63,9 @@ class CnclSpec:
     prefix: str = "cncl"
     statuses: dict = field(default_factory=lambda: dict(CNCL_STATUS))
     # a peer that died or left surfaces as a socket error; bad arguments and misuse as their own
-    classes: dict = field(default_factory=lambda: {0x07: InvalidArgument, 0x21: InvalidArgument,
-                                                   0x11: InvalidUsage, 0x22: RemoteError})
+    classes: dict = field(
+        default_factory=lambda: {0x07: InvalidArgument, 0x21: InvalidArgument, 0x11: InvalidUsage, 0x22: RemoteError}
+    )
     dtypes: dict = field(default_factory=lambda: dict(CNCL_DTYPES))
     ops: dict = field(default_factory=lambda: dict(CNCL_OPS))
     exclusive: str = ""
@@ -64,21 +83,37 @@ class CnclLibrary(BoundLibrary):
     def signatures(self) -> dict:
         V, S, I = c_void_p, c_size_t, c_int  # noqa: E741 (the C types, one letter each)
         return {
-            "GetLibVersion": [POINTER(I)] * 3, "GetCliqueId": [POINTER(_CliqueId)],
+            "GetLibVersion": [POINTER(I)] * 3,
+            "GetCliqueId": [POINTER(_CliqueId)],
             "InitComms": [POINTER(V), I, POINTER(I), POINTER(I), I, POINTER(_CliqueId)],
-            "FreeComm": [V], "AbortComm": [V], "GetCommAsyncError": [V],
-            "AllReduce": [V, V, S, I, I, V, V], "Broadcast": [V, V, S, I, I, V, V],
-            "Reduce": [V, V, S, I, I, I, V, V], "AllGather": [V, V, S, I, V, V],
-            "ReduceScatter": [V, V, S, I, I, V, V], "Send": [V, S, I, I, V, V], "Recv": [V, S, I, I, V, V],
-            "GroupStart": [], "GroupEnd": [],
+            "FreeComm": [V],
+            "AbortComm": [V],
+            "GetCommAsyncError": [V],
+            "AllReduce": [V, V, S, I, I, V, V],
+            "Broadcast": [V, V, S, I, I, V, V],
+            "Reduce": [V, V, S, I, I, I, V, V],
+            "AllGather": [V, V, S, I, V, V],
+            "ReduceScatter": [V, V, S, I, I, V, V],
+            "Send": [V, S, I, I, V, V],
+            "Recv": [V, S, I, I, V, V],
+            "GroupStart": [],
+            "GroupEnd": [],
         }
 
     def call(self, name: str, *args, op=None, rank=None) -> None:
         fn = self._fns.get(name)
         if fn is None:
             raise InvalidUsage(f"cncl{name} is not exported by {self.path}", op=op, rank=rank)
-        check_status(fn(*args), "cncl" + name, self.spec.vendor, self.spec.statuses, classes=self.spec.classes,
-                     name_of=self.name_of, op=op, rank=rank)
+        check_status(
+            fn(*args),
+            "cncl" + name,
+            self.spec.vendor,
+            self.spec.statuses,
+            classes=self.spec.classes,
+            name_of=self.name_of,
+            op=op,
+            rank=rank,
+        )
 
     def version(self) -> str | None:
         fn, v = self._fns.get("GetLibVersion"), [c_int(0) for _ in range(3)]

@@ -8,6 +8,7 @@ arguments (``cnrtPlaceNotifier(n, q)``, ``cnrtQueueWaitNotifier(n, q, 0)``),
 ``cnrtErrorBusy`` (or ``cnrtErrorNotReady``) for "not done yet", versions as three
 ints.  Values are from the public cnrt.h of CNRT 6.0.2 and 6.14.1.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,22 +19,48 @@ from uniccl.kit import DeviceRuntime, LibrarySearch
 
 # cnrtRet_t (CNRT 6.x)
 CNRT_STATUS = {
-    0: "cnrtSuccess", 1: "cnrtErrorNotReady", 100002: "cnrtErrorInit", 100004: "cnrtErrorNoDevice",
-    100005: "cnrtErrorDeviceInvalid", 100006: "cnrtErrorArgsInvalid", 100007: "cnrtErrorSys",
-    100010: "cnrtErrorSysNoMem", 100014: "cnrtErrorInvalidResourceHandle", 100015: "cnrtErrorIllegalState",
-    100050: "cnrtErrorNotSupport", 100051: "cnrtErrorOpsNotPermitted", 100060: "cnrtErrorQueue",
-    100100: "cnrtErrorNoMem", 100128: "cnrtErrorAssert", 100132: "cnrtErrorKernelTrap",
-    100133: "cnrtErrorKernelUserTrap", 100301: "cnrtErrorNotFound", 100302: "cnrtErrorInvalidKernel",
-    632002: "cnrtErrorSetOnActiveProcess", 632006: "cnrtErrorDevice", 632009: "cnrtErrorNoAttribute",
-    632013: "cnrtErrorMemcpyDirectionInvalid", 632014: "cnrtErrorBusy", 632015: "cnrtErrorCndrvFuncCall",
-    632017: "cnrtErrorCndevFuncCall", 632019: "cnrtErrorNoCnrtContext", 632020: "cnrtErrorCndrvFuncNotFound",
+    0: "cnrtSuccess",
+    1: "cnrtErrorNotReady",
+    100002: "cnrtErrorInit",
+    100004: "cnrtErrorNoDevice",
+    100005: "cnrtErrorDeviceInvalid",
+    100006: "cnrtErrorArgsInvalid",
+    100007: "cnrtErrorSys",
+    100010: "cnrtErrorSysNoMem",
+    100014: "cnrtErrorInvalidResourceHandle",
+    100015: "cnrtErrorIllegalState",
+    100050: "cnrtErrorNotSupport",
+    100051: "cnrtErrorOpsNotPermitted",
+    100060: "cnrtErrorQueue",
+    100100: "cnrtErrorNoMem",
+    100128: "cnrtErrorAssert",
+    100132: "cnrtErrorKernelTrap",
+    100133: "cnrtErrorKernelUserTrap",
+    100301: "cnrtErrorNotFound",
+    100302: "cnrtErrorInvalidKernel",
+    632002: "cnrtErrorSetOnActiveProcess",
+    632006: "cnrtErrorDevice",
+    632009: "cnrtErrorNoAttribute",
+    632013: "cnrtErrorMemcpyDirectionInvalid",
+    632014: "cnrtErrorBusy",
+    632015: "cnrtErrorCndrvFuncCall",
+    632017: "cnrtErrorCndevFuncCall",
+    632019: "cnrtErrorNoCnrtContext",
+    632020: "cnrtErrorCndrvFuncNotFound",
     999991: "cnrtErrorUnknown",
 }
 
 
 class _PointerAttributes(ctypes.Structure):  # cnrtPointerAttributes_t, 48 bytes
-    _fields_ = [("type", c_int), ("device", c_int), ("size", c_size_t), ("devicePointer", c_void_p),
-                ("hostPointer", c_void_p), ("cacheMode", c_int), ("deviceBasePointer", c_void_p)]
+    _fields_ = [
+        ("type", c_int),
+        ("device", c_int),
+        ("size", c_size_t),
+        ("devicePointer", c_void_p),
+        ("hostPointer", c_void_p),
+        ("cacheMode", c_int),
+        ("deviceBasePointer", c_void_p),
+    ]
 
 
 @dataclass(frozen=True)
@@ -42,11 +69,11 @@ class CnrtSpec:
     search: LibrarySearch
     prefix: str = "cnrt"
     statuses: dict = field(default_factory=lambda: dict(CNRT_STATUS))
-    not_ready: tuple = (632014, 1)       # cnrtErrorBusy (documented for Query calls), cnrtErrorNotReady
+    not_ready: tuple = (632014, 1)  # cnrtErrorBusy (documented for Query calls), cnrtErrorNotReady
     no_device: tuple = (100004,)
     memcpy_kinds: tuple = (3, 0, 2, 1, 5)  # H2H, H2D, D2H, D2D, Default -> cnrtMemTransDir_t
-    memory_type_device: int = 2          # cnrtMemTypeDevice
-    total_memory_attr: int = 0x405       # cnrtAttrTotalMemSize, in MB
+    memory_type_device: int = 2  # cnrtMemTypeDevice
+    total_memory_attr: int = 0x405  # cnrtAttrTotalMemSize, in MB
 
     def load(self):
         """(bound runtime or None, reason when None)."""
@@ -56,13 +83,29 @@ class CnrtSpec:
 class CnrtRuntime(DeviceRuntime):
     NAME_FN = "GetErrorName"
     POINTER_ATTRIBUTES = _PointerAttributes
-    SYMBOLS = {**DeviceRuntime.SYMBOLS, "malloc_host": "HostMalloc", "stream_create": "QueueCreate",
-               "stream_destroy": "QueueDestroy", "stream_synchronize": "QueueSync",
-               "event_create": "NotifierCreate", "event_destroy": "NotifierDestroy",
-               "event_record": "PlaceNotifier", "event_query": "QueryNotifier",
-               "event_synchronize": "WaitNotifier"}  # notifier first: PlaceNotifier(n, q) as EventRecord(e, s)
-    REQUIRED = ("GetDeviceCount", "SetDevice", "Malloc", "Free", "Memcpy", "QueueCreate", "QueueSync",
-                "NotifierCreate", "PlaceNotifier")
+    SYMBOLS = {
+        **DeviceRuntime.SYMBOLS,
+        "malloc_host": "HostMalloc",
+        "stream_create": "QueueCreate",
+        "stream_destroy": "QueueDestroy",
+        "stream_synchronize": "QueueSync",
+        "event_create": "NotifierCreate",
+        "event_destroy": "NotifierDestroy",
+        "event_record": "PlaceNotifier",
+        "event_query": "QueryNotifier",
+        "event_synchronize": "WaitNotifier",
+    }  # notifier first: PlaceNotifier(n, q) as EventRecord(e, s)
+    REQUIRED = (
+        "GetDeviceCount",
+        "SetDevice",
+        "Malloc",
+        "Free",
+        "Memcpy",
+        "QueueCreate",
+        "QueueSync",
+        "NotifierCreate",
+        "PlaceNotifier",
+    )
     # the async copy: the newest name this libcnrt exports (all three take the same arguments;
     # CNRT 6.14 deprecates the plain and _V2 names for _V3)
     ASYNC_COPIES = ("MemcpyAsync_V3", "MemcpyAsync_V2", "MemcpyAsync")
@@ -71,16 +114,31 @@ class CnrtRuntime(DeviceRuntime):
     def signatures(self) -> dict:
         V, I3 = c_void_p, [POINTER(c_int)] * 3
         sig = {
-            "GetDeviceCount": [POINTER(c_uint)], "SetDevice": [c_int], "GetDevice": [POINTER(c_int)],
-            "GetLibVersion": I3, "DriverGetVersion": I3, "SyncDevice": [], "GetLastError": [],
+            "GetDeviceCount": [POINTER(c_uint)],
+            "SetDevice": [c_int],
+            "GetDevice": [POINTER(c_int)],
+            "GetLibVersion": I3,
+            "DriverGetVersion": I3,
+            "SyncDevice": [],
+            "GetLastError": [],
             "MemGetInfo": [POINTER(c_size_t), POINTER(c_size_t)],
             "DeviceGetAttribute": [POINTER(c_int), c_int, c_int],
-            "Malloc": [POINTER(V), c_size_t], "Free": [V], "HostMalloc": [POINTER(V), c_size_t], "FreeHost": [V],
+            "Malloc": [POINTER(V), c_size_t],
+            "Free": [V],
+            "HostMalloc": [POINTER(V), c_size_t],
+            "FreeHost": [V],
             "Memcpy": [V, V, c_size_t, c_int],
-            "QueueCreate": [POINTER(V)], "QueueDestroy": [V], "QueueSync": [V], "QueueQuery": [V],
+            "QueueCreate": [POINTER(V)],
+            "QueueDestroy": [V],
+            "QueueSync": [V],
+            "QueueQuery": [V],
             "QueueWaitNotifier": [V, V, c_uint],
-            "NotifierCreate": [POINTER(V)], "NotifierDestroy": [V], "PlaceNotifier": [V, V],
-            "QueryNotifier": [V], "WaitNotifier": [V], "NotifierElapsedTime": [V, V, POINTER(c_float)],
+            "NotifierCreate": [POINTER(V)],
+            "NotifierDestroy": [V],
+            "PlaceNotifier": [V, V],
+            "QueryNotifier": [V],
+            "WaitNotifier": [V],
+            "NotifierElapsedTime": [V, V, POINTER(c_float)],
             "PointerGetAttributes": [POINTER(_PointerAttributes), V],
         }
         sig.update({name: [V, V, c_size_t, V, c_int] for name in self.ASYNC_COPIES})

@@ -5,6 +5,7 @@ native worker threads and the reduction kernels are vectorized C dispatched at
 run time (AVX-512, AVX2 or baseline x86-64).  The hook implementations below are
 what the entry point ``uniccl.plugins: cpu = uniccl_cpu`` registers.
 """
+
 from __future__ import annotations
 
 import pluggy
@@ -29,8 +30,7 @@ _MEMCPY_KINDS = frozenset(range(5))  # uniccl._types.MemcpyKind: all plain memcp
 
 def _check_device(device: int, op: str) -> None:
     if device != 0:
-        raise InvalidArgument(f"the cpu platform has one device (0), got {device}",
-                              op=op, argument="device")
+        raise InvalidArgument(f"the cpu platform has one device (0), got {device}", op=op, argument="device")
 
 
 # ------------------------------------------------------------------------- probe
@@ -41,8 +41,7 @@ def uniccl_platform_info() -> dict:
         "version": __version__,
         "api_version": UNICCL_PLUGIN_API,
         "priority": 0,
-        "description": "host CPU: aligned host memory, native worker-thread streams, "
-                       "vectorized C reduction kernels",
+        "description": "host CPU: aligned host memory, native worker-thread streams, vectorized C reduction kernels",
     }
 
 
@@ -54,7 +53,7 @@ def uniccl_probe() -> dict:
         "devices": [{"index": 0, "name": cpu_name(), "total_memory": total_memory()}],
         "versions": {"compiler": _kernels.compiler()},
         "kernels": f"native C -O3, {_kernels.variant()} dispatched at run time "
-                   f"(usable here: {', '.join(_kernels.available())})",
+        f"(usable here: {', '.join(_kernels.available())})",
     }
 
 

@@ -1,5 +1,6 @@
 """What this host is: CPU model and memory size, read from /proc (Linux) with
 portable fallbacks, never raising."""
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ happens on the host.  Pointers carry DLPack code 2 (CUDA) like NVIDIA's: CoreX's
 own ``cudaPointerGetAttributes`` decides ownership.  Verified against the emulated
 ABI only (tests/emulation); see docs/plugins.md.
 """
+
 from __future__ import annotations
 
 import glob
@@ -22,15 +23,23 @@ _HOMES = (("COREX_HOME", ("lib64", "lib")), ("COREX_DIR", ("lib64", "lib")))
 RUNTIME = CudaLikeSpec(
     vendor="Iluvatar CoreX",
     prefix="cuda",
-    search=LibrarySearch(names=("libcudart.so", "libcudart.so.10", "libcudart.so.10.2"), env=_HOMES,
-                         dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"), system=False),
+    search=LibrarySearch(
+        names=("libcudart.so", "libcudart.so.10", "libcudart.so.10.2"),
+        env=_HOMES,
+        dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"),
+        system=False,
+    ),
 )
 
 NCCL = CclSpec(
     vendor="CoreX NCCL",
     prefix="nccl",
-    search=LibrarySearch(names=("libnccl.so", "libnccl.so.2"), env=_HOMES,
-                         dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"), system=False),
+    search=LibrarySearch(
+        names=("libnccl.so", "libnccl.so.2"),
+        env=_HOMES,
+        dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"),
+        system=False,
+    ),
 )
 
 
@@ -42,7 +51,15 @@ def detect() -> str:
 
 
 plugin = DevicePlugin(
-    "iluvatar", __version__, RUNTIME, NCCL, priority=10, dlpack_types=(2, 3),
-    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_ILUVATAR_KERNELS",
-    detect=detect, description="Iluvatar CoreX GPUs: CoreX runtime and NCCL opened at run time, shared "
-                               "CUDA-dialect reduction kernels (clang -x ivcore)")
+    "iluvatar",
+    __version__,
+    RUNTIME,
+    NCCL,
+    priority=10,
+    dlpack_types=(2, 3),
+    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"),
+    kernels_env="UNICCL_ILUVATAR_KERNELS",
+    detect=detect,
+    description="Iluvatar CoreX GPUs: CoreX runtime and NCCL opened at run time, shared "
+    "CUDA-dialect reduction kernels (clang -x ivcore)",
+)

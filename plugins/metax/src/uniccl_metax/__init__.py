@@ -11,6 +11,7 @@ MCCL 2.16.5.  Moore Threads' MCCL is also
 second plugin's native collectives say why).  Verified against the emulated ABI only
 (tests/emulation); see docs/plugins.md.
 """
+
 from __future__ import annotations
 
 import glob
@@ -55,7 +56,15 @@ def detect() -> str:
 
 
 plugin = DevicePlugin(
-    "metax", __version__, RUNTIME, MCCL, priority=10, dlpack_types=(2, 3),
-    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_METAX_KERNELS",
-    detect=detect, description="MetaX GPUs: MACA runtime (mc*) and MCCL opened at run time, shared "
-                               "CUDA-dialect reduction kernels (mxcc -x maca)")
+    "metax",
+    __version__,
+    RUNTIME,
+    MCCL,
+    priority=10,
+    dlpack_types=(2, 3),
+    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"),
+    kernels_env="UNICCL_METAX_KERNELS",
+    detect=detect,
+    description="MetaX GPUs: MACA runtime (mc*) and MCCL opened at run time, shared "
+    "CUDA-dialect reduction kernels (mxcc -x maca)",
+)

@@ -8,6 +8,7 @@ MCCL (``libmccl``) has NCCL's shapes under ``mccl``.  Both live in $MUSA_HOME (d
 never loaded into one process (the second plugin's native collectives say why).
 Verified against the emulated ABI only (tests/emulation); see docs/plugins.md.
 """
+
 from __future__ import annotations
 
 import glob
@@ -48,7 +49,15 @@ def detect() -> str:
 plugin = DevicePlugin(
     # DLPack: CUDA codes as the CUDA Array Interface gives them, and ExtDev (12), which PyTorch's
     # PrivateUse1 devices (torch_musa) export; the runtime's pointer query decides ownership
-    "moore", __version__, RUNTIME, MCCL, priority=10, dlpack_types=(2, 3, 12),
-    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_MOORE_KERNELS",
-    detect=detect, description="Moore Threads GPUs: MUSA runtime (musa*) and MCCL opened at run time, shared "
-                               "CUDA-dialect reduction kernels (mcc -x musa)")
+    "moore",
+    __version__,
+    RUNTIME,
+    MCCL,
+    priority=10,
+    dlpack_types=(2, 3, 12),
+    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"),
+    kernels_env="UNICCL_MOORE_KERNELS",
+    detect=detect,
+    description="Moore Threads GPUs: MUSA runtime (musa*) and MCCL opened at run time, shared "
+    "CUDA-dialect reduction kernels (mcc -x musa)",
+)

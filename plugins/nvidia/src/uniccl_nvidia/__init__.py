@@ -5,6 +5,7 @@ live and what CUDA calls things.  The kit (``uniccl.kit``) does the rest.
 Verified against the emulated ABI (tests/emulation); see docs/plugins.md for
 what has run on real hardware.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,8 @@ RUNTIME = CudaLikeSpec(
         names=("libcudart.so.12", "libcudart.so.13", "libcudart.so"),
         env=(("CUDA_HOME", ("lib64", "lib")), ("CUDA_PATH", ("lib64", "lib"))),
         dirs=("/usr/local/cuda/lib64",),
-        wheels=(("nvidia.cuda_runtime", "lib"), ("nvidia.cu13", "lib"))),
+        wheels=(("nvidia.cuda_runtime", "lib"), ("nvidia.cu13", "lib")),
+    ),
 )
 
 NCCL = CclSpec(
@@ -30,10 +32,18 @@ NCCL = CclSpec(
         names=("libnccl.so.2", "libnccl.so"),
         env=(("NCCL_HOME", ("lib", "lib64")), ("CUDA_HOME", ("lib64", "lib"))),
         dirs=("/usr/local/nccl/lib",),
-        wheels=(("nvidia.nccl", "lib"), ("nvidia.cu13", "lib"), ("nvidia.cu12", "lib"))),
+        wheels=(("nvidia.nccl", "lib"), ("nvidia.cu13", "lib"), ("nvidia.cu12", "lib")),
+    ),
 )
 
 plugin = DevicePlugin(
-    "nvidia", __version__, RUNTIME, NCCL, priority=10, dlpack_types=(2, 3),
-    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"), kernels_env="UNICCL_NVIDIA_KERNELS",
-    description="NVIDIA GPUs: CUDA runtime and NCCL opened at run time, shared CUDA reduction kernels")
+    "nvidia",
+    __version__,
+    RUNTIME,
+    NCCL,
+    priority=10,
+    dlpack_types=(2, 3),
+    kernels_dir=os.path.join(os.path.dirname(__file__), "_kernels"),
+    kernels_env="UNICCL_NVIDIA_KERNELS",
+    description="NVIDIA GPUs: CUDA runtime and NCCL opened at run time, shared CUDA reduction kernels",
+)
