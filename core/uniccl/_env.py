@@ -13,7 +13,7 @@ Kinds: ``bool`` (exactly 1/0, true/false, yes/no, on/off, any case), ``int``, ``
 
 Getters read ``os.environ`` each time: call them where a communicator (or transport, or
 command) is set up, never on a call's path.  (A side channel that cannot be served is one
-line on stderr at startup: ``warn`` and ``check_writable_dir`` of :mod:`uniccl._log`.)
+line on stderr at startup: ``warn`` and ``check_writable_dir`` of :mod:`uniccl.observability.log`.)
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ so the secret never crosses the wire), reports its MPI world rank, and gets
 every rank's back.  Inside one MPI job the ranks then form their MPI
 communicator with ``MPI_Comm_create_group`` over just those world ranks;
 otherwise (``uniccl run``'s own launchers, or processes started any other way)
-they connect a TCP mesh among themselves (:mod:`uniccl._tcp`).
+they connect a TCP mesh among themselves (:mod:`uniccl.transport.tcp`).
 """
 
 from __future__ import annotations

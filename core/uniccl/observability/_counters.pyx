@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Telemetry's counters in C (see :mod:`uniccl._telemetry`): recording a call is one method
+"""Telemetry's counters in C (see :mod:`uniccl.observability.telemetry`): recording a call is one method
 call, a dict lookup and a few integer adds, well under half a microsecond."""
 from libc.stdint cimport uint64_t
 

@@ -7,7 +7,7 @@ its state (enqueued, started, completed, failed), wall-clock timestamps and the
 caller's source line.  On a timeout or a failure that involves other ranks the
 ring is written to ``$UNICCL_DUMP_DIR/uniccl-flight-<communicator>-r<rank>.json``
 (and on demand with :meth:`Communicator.dump_flight_recorder`); ``uniccl doctor
-DIR`` lines the ranks' files up (:mod:`uniccl._doctor`).
+DIR`` lines the ranks' files up (:mod:`uniccl.tools.doctor`).
 
 Cost: one small list per call (the source line is kept as code object and line number,
 formatted only when the record is dumped).

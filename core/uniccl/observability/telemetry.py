@@ -6,7 +6,7 @@ and received, retransmissions.  :meth:`Communicator.stats` returns it as a plain
 (:func:`summary`); the Prometheus exporter, the status files of ``uniccl top`` and
 ``uniccl report`` read the same numbers.
 
-Cost per call: two clock reads and one call into C (:mod:`uniccl._counters`).  The histogram
+Cost per call: two clock reads and one call into C (:mod:`uniccl.observability._counters`).  The histogram
 has four buckets per power of two of nanoseconds, so percentiles are good to about 12 %.
 """
 

@@ -9,7 +9,7 @@ kept), which ``uniccl trace merge DIR`` subtracts to put every rank on one timel
 
 Files are written when the process exits (and by :func:`flush`), also when SIGTERM (the
 launcher's stop or ``--timeout``) or Ctrl-C ends it, with a span marked ``unfinished`` for
-each call still running then (:func:`uniccl._flight.arm_signal_dumps`):
+each call still running then (:func:`uniccl.observability.flight.arm_signal_dumps`):
 ``DIR/uniccl-trace-r<rank>.json``, and the communicators' :meth:`stats` beside them as
 ``DIR/uniccl-stats-r<rank>.json``, which ``uniccl report`` reads too.
 """

@@ -1,5 +1,5 @@
 """``uniccl top``: a live view of a running job, one row per rank, from the status files
-the ranks write (:mod:`uniccl._status`): the call each rank is in and for how long, calls
+the ranks write (:mod:`uniccl.observability.status`): the call each rank is in and for how long, calls
 done, bus bandwidth, the peer it waits on, retransmissions — and, below, the rank that holds
 the others up, in words."""
 
