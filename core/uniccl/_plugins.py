@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 import pluggy
 
@@ -57,6 +59,34 @@ class Backend:
     call (no pluggy dispatch on the hot path).  Hooks the plugin does not
     implement are None.
     """
+
+    # Set in __init__, one per hook of ``hookspecs`` (the ``uniccl_`` prefix dropped); their
+    # signatures are the hook specifications'.  REQUIRED_HOOKS: a plugin without one is rejected
+    # at discovery, so a backend always has them.
+    platform_info: Callable[[], dict]
+    probe: Callable[[], dict]
+    host_alloc: Callable[[int], int]
+    host_free: Callable[[int], None]
+    memcpy: Callable[[int, int, int, int, Any], None]
+    reduce: Callable[[int, int, int, int, int, int, Any], None]
+    scale: Callable[[int, int, int, int, int, Any], None]
+    # The optional hooks: None where the plugin does not implement them.
+    mem_alloc: Callable[[int, int], int] | None
+    mem_free: Callable[[int, int], None] | None
+    stream_create: Callable[[int], Any] | None
+    stream_destroy: Callable[[Any], None] | None
+    stream_synchronize: Callable[[Any], None] | None
+    stream_wait_event: Callable[[Any, Any], None] | None
+    event_create: Callable[[int], Any] | None
+    event_destroy: Callable[[Any], None] | None
+    event_record: Callable[[Any, Any], None] | None
+    event_query: Callable[[Any], bool] | None
+    event_synchronize: Callable[[Any], None] | None
+    host_reduce_kernel: Callable[[], Any] | None
+    dlpack_device_types: Callable[[], list] | None
+    claim_pointer: Callable[[int, int, int], int | None] | None
+    transports: Callable[[], dict] | None
+    native_collectives: Callable[[], Any] | None
 
     def __init__(self, record: PluginRecord, impls: dict):
         self.name = record.name

@@ -167,7 +167,7 @@ def broadcast_tree(c, ptr: int, nbytes: int, root: int) -> None:
     real = [(ch + root) % n for ch in reversed(children)]  # biggest subtree first
     parts = _chunks(nbytes, c.chunk * c.itemsize)
     rreqs = [_irecv(c, ptr + o, k, (parent + root) % n) for o, k in parts] if parent is not None else None
-    sreqs = []
+    sreqs: list[object] = []  # the transport's requests
     for i, (o, k) in enumerate(parts):
         if rreqs is not None:
             c.t.wait(rreqs[i])

@@ -12,7 +12,8 @@ from ._buffer import as_buffer
 
 _OP_CHOICES = ", ".join(o.name.lower() for o in ReduceOp)
 _CPU = int(DLDeviceType.CPU)
-_OPS = {**{o: o for o in ReduceOp}, **{o.name.lower(): o for o in ReduceOp}}  # the usual spellings
+# the usual spellings
+_OPS: dict[ReduceOp | str, ReduceOp] = {**{o: o for o in ReduceOp}, **{o.name.lower(): o for o in ReduceOp}}
 
 
 def buffer(comm, obj, op: str, argument: str, writable: bool):

@@ -23,7 +23,9 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from time import perf_counter_ns
+from typing import Any, cast
 
 import numpy as np
 
@@ -151,6 +153,13 @@ class Communicator:
     :func:`uniccl.get_unique_id` shared by the caller.
     """
 
+    # set in _setup
+    _timeout_set: float | None  # what the transports were last told
+    _native: _device.NativeCollectives | None  # the vendor library's collectives (None: none)
+    _native_comm: int | None  # its communicator
+    _hier: tuple[Communicator, Communicator | None] | None  # (vendor group, leaders or None)
+    _announced: tuple[Plan, int] | None  # (plan, seq) of the running announced call
+
     def __init__(self, uid, rank: int, size: int, *, platform: str | None = None, timeout: float | None = None):
         from ..transport.factory import transport_from_unique_id
 
@@ -179,6 +188,7 @@ class Communicator:
         """Take ownership of ``transport`` (MPITransport or TCPTransport).  ``timeout``: the
         seconds each call may wait for its peers (None: UNICCL_TIMEOUT, else DEFAULT_TIMEOUT)."""
         _env.check_all()  # every UNICCL_* variable set: a bad value is an InvalidArgument here, at startup
+        # (no rank yet: None, which check_timeout's ``rank: int`` does not admit, outside this package)
         self.timeout = default_timeout() if timeout is None else _check_timeout(timeout, "init", None)
         self._timeout_set = None  # what the transports were last told
         mgr = manager()
@@ -286,6 +296,7 @@ class Communicator:
             if self._device_scratch is not None:
                 self._device_scratch.free()
             if self._native_comm is not None:
+                assert self._native is not None  # it made the communicator
                 try:
                     self._native.destroy(self._native_comm)
                 finally:
@@ -323,6 +334,7 @@ class Communicator:
         if abort is not None:
             abort(reason)  # peers say "rank r (host, pid) aborted the communicator: <reason>"
         if self._native_comm is not None:
+            assert self._native is not None  # it made the communicator
             try:
                 self._native.abort(self._native_comm)
             except UnicclError as exc:
@@ -564,6 +576,7 @@ class Communicator:
         return exc
 
     def _trace_call(self, plan: Plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
+        tracer = cast("_trace.Tracer", self._tracer)  # called only when tracing
         entry = plan.entry
         path = entry[_fl.PATH] if entry is not None else ""
         args = {
@@ -585,8 +598,8 @@ class Communicator:
                 args["transfers_not_traced"] = dropped
             for kind, peer, nbytes, e0, e1 in events:
                 track = "reduce" if peer < 0 else f"{kind} {'to' if kind == 'write' else 'from'} rank {peer}"
-                self._tracer.span("transfer", track, e0, e1, {"bytes": nbytes, "kind": kind, "peer": peer, "seq": seq})
-        self._tracer.span(plan.name, "calls", t0, t1, args)
+                tracer.span("transfer", track, e0, e1, {"bytes": nbytes, "kind": kind, "peer": peer, "seq": seq})
+        tracer.span(plan.name, "calls", t0, t1, args)
 
     def _set_timeout(self, timeout: float) -> None:
         if self._engine is not None:
@@ -601,6 +614,7 @@ class Communicator:
         Failures that involve peers leave the flight recorder in UNICCL_DUMP_DIR."""
         if isinstance(exc, Timeout) and getattr(exc, "seq", None) is None:
             cause, remote = exc.message, getattr(exc, "remote_rank", None)
+            missing = list(getattr(exc, "missing_ranks", None) or ())
             what = (
                 f"call #{seq} on this communicator"
                 if seq is not None
@@ -612,11 +626,11 @@ class Communicator:
                 rank=self.rank,
                 seq=seq,
                 timeout=timeout,
-                missing_ranks=list(getattr(exc, "missing_ranks", None) or ()),
+                missing_ranks=missing,
             )
             fail = getattr(self._t, "fail", None)
             if fail is not None and remote is None:
-                fail(cause, exc.missing_ranks)  # TCP: the peers learn it now, not at their own timeouts
+                fail(cause, missing)  # TCP: the peers learn it now, not at their own timeouts
         else:
             if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
                 exc = type(exc)(exc.message, op=plan.name, rank=self.rank, argument=exc.argument, **exc.extra)
@@ -695,7 +709,7 @@ class Communicator:
         if native is not None:
             if (hdrs[:, _H_NATIVE] == self._native_id).all():
                 if entry is not None:
-                    entry[_fl.PATH] = f"native:{self._native.name}"
+                    entry[_fl.PATH] = f"native:{cast(_device.NativeCollectives, self._native).name}"
                 return self._run_native(plan, native)
             _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
         if plan.run is None:
@@ -733,6 +747,7 @@ class Communicator:
         """Groups of ranks that share a vendor library, and their leaders: all_reduce then
         runs the library inside each group and the host path only between leaders."""
         group = self.split(sorted(set(ids)).index(ids[self.rank]), self.rank)
+        assert group is not None  # a color >= 0: this rank is in one
         leaders = self.split(0 if group.rank == 0 else UNDEFINED, self.rank)
         self._hier = (group, leaders)
         sizes = {i: ids.count(i) for i in set(ids)}
@@ -748,7 +763,7 @@ class Communicator:
     def _run_hierarchical(self, plan: Plan):
         """Reduce inside the vendor group, all_reduce across group leaders, broadcast inside."""
         sendbuf, recvbuf, op = plan.args
-        group, leaders = self._hier
+        group, leaders = cast("tuple[Communicator, Communicator | None]", self._hier)  # run only with one
         out = sendbuf if recvbuf is None else recvbuf
         logger.debug(
             "all_reduce %d elements: hierarchical (group of %d, %s)",
@@ -778,9 +793,11 @@ class Communicator:
         self._host_only = not any(d for _, d in both)
         if not mine or len(set(ids)) != 1:
             if mine:
+                assert self._native is not None  # mine != 0: this rank has a library
                 logger.info("native collectives (%s) not used: the ranks' platforms differ", self._native.name)
             self._native = None
             return
+        assert self._native is not None  # mine != 0: this rank has a library
         error = None
         try:
             self._native_comm = self._native.create(self.size, self.rank, self.device, self._t.bcast_obj)
@@ -814,9 +831,12 @@ class Communicator:
         return args
 
     def _run_native(self, plan: Plan, args: dict):
-        self._native.run(plan.name, self._native_comm, args, args["stream"], self.rank)
+        # the native path runs only where _init_native made the library's communicator, on a
+        # device platform (it has stream_synchronize)
+        native = cast("_device.NativeCollectives", self._native)
+        native.run(plan.name, cast(int, self._native_comm), args, args["stream"], self.rank)
         if args["stream"] is None:  # no stream given: done on return, like the host path
-            self._backend.stream_synchronize(None)
+            cast("Callable[[Any], None]", self._backend.stream_synchronize)(None)
         # else NCCL's contract: enqueued on the caller's stream, complete when it gets there
         if plan.name == "reduce" and self.rank != plan.root:
             return None
@@ -918,6 +938,7 @@ class Communicator:
     def _mismatched(self) -> None:
         """The ranks' records of an announced call differ: every rank gets here (told by the
         first to see it), learns them all, drops what was sent ahead and raises alike."""
+        assert self._announced is not None  # set by _run_announced before the call's announce
         plan, seq = self._announced
         self._in_data = False
         recs = self._t.records()

@@ -18,10 +18,34 @@ library runs the collective on the device, on that stream.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 from .._types import MemcpyKind
 
 # Collectives the NCCL-class libraries have natively (the rest stage through the host).
 NATIVE = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
+
+
+class NativeCollectives(Protocol):
+    """What a plugin's ``uniccl_native_collectives()`` returns (:class:`uniccl.kit._plugin.NativeNccl`
+    is one): whole collectives through the vendor's library, on its own communicators."""
+
+    name: str
+
+    def supports(self, dtype: int, op: int = 0) -> bool: ...
+
+    def create(self, size: int, rank: int, device: int, bcast_obj: Callable[..., Any]) -> int: ...
+
+    def destroy(self, comm: int) -> None: ...
+
+    def abort(self, comm: int) -> None: ...
+
+    def run(self, coll: str, comm: int, args: dict, stream: Any, rank: int) -> None: ...
+
+    def group_start(self) -> None: ...
+
+    def group_end(self) -> None: ...
 
 
 class Staged:
@@ -85,7 +109,7 @@ class Slots:
 
 def stage_in(backend, mirrors: Slots, staged: list) -> None:
     """Point each staged buffer at its mirror and copy the device data there."""
-    seen = {}
+    seen: dict[int, int] = {}
     for s in staged:
         if s.dev_ptr in seen:  # in place: send and recv are one buffer, one mirror
             s.ptr = seen[s.dev_ptr]
@@ -113,9 +137,9 @@ def native_args(plan, staged: list) -> dict | None:
         return None
     by_slot = {s.slot: s for s in staged}
     send = by_slot.get("sendbuf") or by_slot.get("buf")
-    recv = by_slot.get("recvbuf") or send
     if send is None:
         return None
+    recv = by_slot.get("recvbuf") or send
     return {
         "send": send.dev_ptr,
         "recv": recv.dev_ptr,

@@ -22,7 +22,7 @@ class Work:
         self.op = op
         self._done = threading.Event()
         self._result = None
-        self._error = None
+        self._error: BaseException | None = None
 
     def _finish(self, result=None, error: BaseException | None = None) -> None:
         self._result, self._error = result, error

@@ -22,7 +22,7 @@ from .. import _env
 from .._errors import InvalidArgument
 from ..observability.log import logger
 
-_P2P = {
+_P2P: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "recursive_doubling"),
     "reduce": ("tree",),
     "broadcast": ("tree",),
@@ -32,7 +32,7 @@ _P2P = {
     "gather": ("linear",),
     "scatter": ("linear",),
 }
-ALGORITHMS = {
+ALGORITHMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mpi": _P2P,
     "tcp": _P2P,
     "shm": {
@@ -150,7 +150,7 @@ class Tuner:
             return Choice("shm", "shm", "native shared-memory engine, pipelined through cache-sized slots")
         if coll == "all_reduce":
             costs = {a: cost_all_reduce(a, nbytes, self.size) for a in ("ring", "recursive_doubling")}
-            best = min(costs, key=costs.get)
+            best = min(costs, key=costs.__getitem__)
             detail = ", ".join(f"{a} {c * 1e6:.1f} us" for a, c in sorted(costs.items(), key=lambda kv: kv[1]))
             return Choice(self.p2p, best, f"cost model: {detail}")
         return Choice(self.p2p, options[0], "the only point-to-point algorithm for it")

@@ -104,7 +104,7 @@ class CclLibrary(BoundLibrary):
         self.call("GetUniqueId", byref(uid), op="init")
         return bytes(uid)  # all 128 bytes (the char array attribute would stop at a NUL)
 
-    def comm_init(self, nranks: int, uid: bytes, rank: int, device: int) -> int:
+    def comm_init(self, nranks: int, uid: bytes, rank: int, device: int) -> int | None:
         """This rank's communicator (the caller has made ``device`` current)."""
         comm, u = c_void_p(), _UniqueId()
         ctypes.memmove(ctypes.addressof(u), uid, min(len(uid), ctypes.sizeof(u)))

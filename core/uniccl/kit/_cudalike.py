@@ -120,7 +120,9 @@ class CudaLikeRuntime(DeviceRuntime):
     def device_count(self) -> tuple[int, int]:
         """(count, status): a status in ``spec.no_device`` means no usable device."""
         n = c_int(0)
-        st = self._fns["GetDeviceCount"](byref(n))
+        get_count = self._fns["GetDeviceCount"]
+        assert get_count is not None  # REQUIRED: bound, or the runtime did not load
+        st = get_count(byref(n))
         return (n.value if st == 0 else 0), st
 
     def version(self, which: str = "RuntimeGetVersion") -> int | None:
@@ -163,4 +165,6 @@ class CudaLikeRuntime(DeviceRuntime):
         return True
 
     def _after_failed_query(self) -> None:
-        self._fns["GetDeviceCount"](byref(c_int()))  # clears the sticky "last error" of old runtimes
+        get_count = self._fns["GetDeviceCount"]
+        assert get_count is not None  # REQUIRED: bound, or the runtime did not load
+        get_count(byref(c_int()))  # clears the sticky "last error" of old runtimes

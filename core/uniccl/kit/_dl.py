@@ -13,6 +13,7 @@ import ctypes
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: Collective libraries loaded in this process: {symbol prefix: (plugin name, path)}, the
@@ -134,7 +135,7 @@ class BoundLibrary:
 
     def __init__(self, spec, lib: ctypes.CDLL, path: str):
         self.spec, self.lib, self.path = spec, lib, path
-        self._fns = {}
+        self._fns: dict[str, Callable[..., int] | None] = {}  # None: the library lacks it
         for name, argtypes in self.signatures().items():
             fn = getattr(lib, spec.prefix + name, None)
             if fn is not None:

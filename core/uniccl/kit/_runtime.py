@@ -9,7 +9,9 @@ its symbols in ``SYMBOLS`` (role -> name without the prefix) and gives what diff
 
 from __future__ import annotations
 
-from ctypes import byref, c_void_p
+from collections.abc import Callable
+from ctypes import Structure, byref, c_void_p
+from typing import cast
 
 from ._dl import BoundLibrary
 from ._status import check_status
@@ -51,7 +53,7 @@ class DeviceRuntime(BoundLibrary):
 
     def status(self, name: str, *args) -> int:
         """Raw status (for Query calls where "not ready" is an answer, not an error)."""
-        return self._fns[name](*args)
+        return cast("Callable[..., int]", self._fns[name])(*args)  # callers name a symbol that is bound
 
     def _new_handle(self, role: str, *args, op: str | None = None) -> int:
         h = c_void_p()
@@ -103,7 +105,8 @@ class DeviceRuntime(BoundLibrary):
     def event_synchronize(self, event: int) -> None:
         self.call(self.SYMBOLS["event_synchronize"], c_void_p(event))
 
-    POINTER_ATTRIBUTES = None  # the runtime's pointer-attributes struct (``type`` and ``device`` fields)
+    # the runtime's pointer-attributes struct (``type`` and ``device`` fields)
+    POINTER_ATTRIBUTES: type[Structure] | None = None
 
     def pointer_device(self, ptr: int) -> int | None:
         """The device owning ``ptr`` according to the runtime, or None when not device memory."""

@@ -21,7 +21,7 @@ def default_timeout() -> float:
     return float(_env.number("UNICCL_TIMEOUT"))
 
 
-def check_timeout(value, op: str, rank: int):
+def check_timeout(value, op: str, rank: int | None):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9:

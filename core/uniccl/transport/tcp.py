@@ -1,7 +1,7 @@
 """TCP as a transport: ranks connect without MPI, on one host or across hosts.
 
 The *mesh* is one authenticated socket per pair of ranks of a job, set up once
-from a rendezvous (:mod:`uniccl._uniqueid`): every rank listens, publishes its
+from a rendezvous (:mod:`uniccl.bootstrap.rendezvous`): every rank listens, publishes its
 address, connects to the lower ranks and accepts the higher ones.  A reader
 thread per peer always drains its socket (it never sends: what it must send --
 requests for a copy, the copies, answers to probes -- goes to that peer's sender
@@ -30,7 +30,7 @@ first); a receiver that finds a mismatch asks for that message again and holds w
 peer sent after it until the copy arrives, so order is kept.  Counters:
 ``Mesh.stats``; after 3 failed copies of one message the communicator fails with a
 typed error.  At exit a rank waits (at most 3 s) until its peers have checked all it sent,
-so that a copy asked for late is still sent.  Fault injection for tests: :mod:`uniccl._faults`.
+so that a copy asked for late is still sent.  Fault injection for tests: :mod:`uniccl.reliability.faults`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -173,6 +175,7 @@ class _Payload(bytearray):
     """A message that arrived before its receive was posted, with the stamp it came with."""
 
     __slots__ = ("stamp",)
+    stamp: bytes | None
 
 
 class _Flushed(Exception):
@@ -236,8 +239,8 @@ class Mesh:
         # bytes sent and received in timed messages (>= _TIMED_BYTES: two clock reads per message
         # would cost more than a small message's whole trip through Python; its bytes are counted)
         self.links = [[0] * 8 for _ in range(size)] if enabled() else None
-        self.tracer = None  # uniccl._trace.Tracer under UNICCL_TRACE: a span per message
-        self.waiting = None  # (peer, since) of a wait in progress
+        self.tracer = None  # uniccl.observability.trace.Tracer under UNICCL_TRACE: a span per message
+        self.waiting: tuple[int, float] | None = None  # (peer, since) of a wait in progress
         from ..reliability.faults import from_env
 
         self.faults = from_env(rank)
@@ -261,7 +264,7 @@ class Mesh:
             t = self.table[peer]
             try:
                 sock = socket.create_connection((t["addr"], t["port"]), timeout=max(1, deadline - time.monotonic()))
-                nonce = bytearray(16)
+                nonce: bytes | bytearray = bytearray(16)
                 _recv_into(sock, memoryview(nonce))
                 proof = hmac.new(secret, bytes(nonce) + struct.pack("<I", self.rank), hashlib.sha256).digest()
                 sock.sendall(_HELLO.pack(self.rank, proof))
@@ -390,6 +393,7 @@ class Mesh:
         msg_id = self._next_id[peer]
         self._next_id[peer] += 1
         flags = _CHECKED | _STAMPED if stamp else _CHECKED
+        body: bytes | memoryview | None
         if nbytes <= _INLINE:  # small: the bytes object itself is the kept copy
             body = bytes(data) if data is not None else ctypes.string_at(ptr, nbytes)
             crc = self._crc(body)
@@ -867,8 +871,8 @@ class Mesh:
                 if ok and flags & _RETRANSMIT:
                     rx.awaiting = None
                     while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
-                        *fields, payload = rx.held.popleft()
-                        self._receive(peer, rx, *fields, payload=payload)
+                        ctx, tag, n, crc, flags, msg_id, stamp, payload = rx.held.popleft()
+                        self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, payload=payload)
                     if rx.sync and rx.awaiting is None:
                         rx.sync = False
                         self._answer_sync(peer)
@@ -931,6 +935,7 @@ class Mesh:
             req = rx.current = self._take_posted(key)
         fault = self.faults.on_message(peer) if self.faults is not None and flags & _CHECKED else ""
         if fault == "delay":
+            assert self.faults is not None  # a fault: injection is on (no check on the path without)
             self.faults.injected["delay"] += 1
             time.sleep(self.faults.delay_s)
         if req is None or req.ptr is None:
@@ -938,6 +943,7 @@ class Mesh:
                 payload = bytearray(n) if stamp is None else _Payload(n)
                 _recv_into(sock, memoryview(payload))
             if fault in ("flip", "drop"):
+                assert self.faults is not None  # a fault: injection is on
                 self.faults.injected[fault] += 1
                 payload = bytearray(payload)  # a held payload may be replayed: damage a copy
                 if fault == "flip":
@@ -969,9 +975,11 @@ class Mesh:
                 ctypes.memmove(req.ptr, (ctypes.c_char * m).from_buffer(payload), m)
             rest = payload[m:] if n > m else None
         if fault == "flip":
+            assert self.faults is not None  # a fault: injection is on
             self.faults.injected[fault] += 1
             self.faults.flip_bit(_view(req.ptr, m) if m else memoryview(rest or bytearray()), peer)
         elif fault == "drop":
+            assert self.faults is not None  # a fault: injection is on
             self.faults.injected[fault] += 1
         if flags & _CHECKED:
             got = self._crc_at(req.ptr, m) if m else self._crc(b"")
@@ -1060,7 +1068,7 @@ class Mesh:
             req.error = error
             req.done.set()
 
-    def _notice_error(self, peer: int, raw: bytes):
+    def _notice_error(self, peer: int, raw: bytes | bytearray):
         """The error a peer's abort notice means here: its timeout (naming the ranks it
         waited for) or its abort."""
         try:
@@ -1148,11 +1156,19 @@ class Mesh:
 
 class TCPTransport:
     """One communicator's view of the mesh: its ranks (world ranks in communicator
-    order) and its contexts.  Same interface as :class:`uniccl._mpi.MPITransport`."""
+    order) and its contexts.  Same interface as :class:`uniccl.transport.mpi.MPITransport`."""
 
     name = "tcp"
     tag_ub = (1 << 30) - 1
     data, p2p = DATA, P2P
+    # the announced call (see announce): None until the first one
+    _seq: int | None
+    _tag: int | None
+    _own: bytes | None  # this rank's record of it
+    _full: bytes | None  # ... with its error, if any
+    _recs: list[_Recv | None] | None  # the receives of the others' records (not light)
+    _mismatched: Callable[[], object] | None  # judges (and raises) once the records differ
+    _stamp: bytes | None  # what its data messages carry
 
     def __init__(self, mesh: Mesh, members: list[int], ctx: int):
         self.mesh = mesh
@@ -1246,7 +1262,7 @@ class TCPTransport:
                 mask = self._mask | _MASK.unpack_from(stamp, 64)[0]
                 if mask != self._mask:
                     self._mask = mask
-                    self._stamp = self._own + _MASK.pack(mask)
+                    self._stamp = cast(bytes, self._own) + _MASK.pack(mask)  # (active: announced)
 
     def waitall(self, reqs) -> None:
         for req in reqs:
@@ -1297,7 +1313,7 @@ class TCPTransport:
             if self._mask != self._full_mask:
                 self._mismatch()
         else:
-            for _p, req in enumerate(self._recs):
+            for _p, req in enumerate(cast("list[_Recv | None]", self._recs)):  # (not light: posted)
                 if req is None:
                     continue
                 try:
@@ -1311,7 +1327,7 @@ class TCPTransport:
                 if req.data != self._full:
                     self._mismatch()
         self.active = False
-        self.mesh.end(self.ctx + DATA, self._tag)
+        self.mesh.end(self.ctx + DATA, cast(int, self._tag))
 
     def abandon(self) -> None:
         """The call failed otherwise (timeout, dead peer, abort): forget its agreement."""
@@ -1336,6 +1352,7 @@ class TCPTransport:
         """A wait of an announced call timed out: the peer it waited for may itself wait for
         another; name the ranks that have not begun the call (asked now), if any."""
         peers = [m for m in self.members if m != self.mesh.rank]
+        assert self._seq is not None  # a wait of an announced call
         found = self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)
         told = self.mesh._aborted.get(self.ctx & ~3)
         if isinstance(told, Timeout) and all(why is _SILENT for why in found.values()):
@@ -1374,6 +1391,7 @@ class TCPTransport:
 
     def records(self) -> list:
         """Every member's full record of the failing call, in rank order (all ranks call this)."""
+        assert self._tag is not None and self._full is not None  # (of the announced call)
         reqs = self._to_all(self.ctx + CTRL, _SLOW_BASE + self._tag, self._full)
         for req in reqs:
             if req is not None:
@@ -1389,6 +1407,7 @@ class TCPTransport:
         """After a judged mismatch (every member judges alike, and calls this): drop what was
         sent ahead for the call, here and on the way, so the communicator stays usable."""
         dctx, tag = self.ctx + DATA, self._tag
+        assert tag is not None  # (of the announced call)
         self.mesh.cancel(dctx, tag)
         # the marker goes after everything this rank sent for the call (one ordered stream per peer)
         for req in self._to_all(dctx, _FLUSH_TAG, _T.pack(tag)):
@@ -1515,8 +1534,10 @@ class _Kept:
         self._ring = None
         self._pos = 0  # bytes handed out so far (absolute)
         self._lock = threading.Lock()
-        self._index = [collections.OrderedDict() for _ in range(size)]  # msg id -> [ctx, tag, crc, start, n, stamp]
-        self._small = [collections.OrderedDict() for _ in range(size)]  # msg id -> (ctx, tag, crc, bytes, stamp)
+        # msg id -> [ctx, tag, crc, start, n, stamp]
+        self._index: list[collections.OrderedDict[int, list]] = [collections.OrderedDict() for _ in range(size)]
+        # msg id -> (ctx, tag, crc, bytes, stamp)
+        self._small: list[collections.OrderedDict[int, tuple]] = [collections.OrderedDict() for _ in range(size)]
         self._small_bytes = [0] * size
 
     def keep_small(self, peer, msg_id, record) -> None:
@@ -1615,8 +1636,8 @@ class _Out:
 
     def __init__(self, peer: int, sock, tls=None):
         self.peer, self.sock, self.tls = peer, sock, tls
-        self.pending = collections.deque()
-        self.jobs = collections.deque()
+        self.pending: collections.deque[tuple[bool, memoryview]] = collections.deque()
+        self.jobs: collections.deque[list] = collections.deque()  # [pieces, None] or [None, message id]
         self.cv = threading.Condition(threading.Lock())
         self.thread = None
 
@@ -1811,7 +1832,7 @@ class _TLSIdentity:
 
 
 _meshes: weakref.WeakSet[Mesh] = weakref.WeakSet()
-_lingering = []  # [True] once the exit hook is registered
+_lingering: list[bool] = []  # [True] once the exit hook is registered
 
 
 def _at_exit(mesh: Mesh) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+from typing import cast
 
 from ... import _env
-from ..._errors import InternalError
+from ..._errors import InternalError, UnicclError
 from ...observability.log import logger
 
 DEFAULT_SLOT_BYTES = 1 << 20
@@ -30,7 +31,8 @@ def shm_attach(comm, single_host: bool):
     if forced in ("mpi", "tcp"):
         return None, f"UNICCL_TRANSPORT={forced}"
     t = comm._t
-    engine, reason = None, ""
+    engine = None
+    reason: str | tuple[str, str] = ""  # (NO_SPACE, why): rank 0's /dev/shm cannot hold the segment
     kernel_hook = comm._hostb.host_reduce_kernel
     kernel = kernel_hook() if kernel_hook is not None else None
     if not kernel:
@@ -64,9 +66,10 @@ def shm_attach(comm, single_host: bool):
         except Exception as exc:
             reason, name = f"cannot create the segment: {exc}", None
             if getattr(exc, "errno", None) == errno.ENOSPC:  # every rank raises this, not a fallback
+                # (the engine's InternalError: a uniccl error, with the errno of the failed call)
                 reason = (
                     NO_SPACE,
-                    f"{exc.message}; make /dev/shm larger (docker run --shm-size=...), "
+                    f"{cast(UnicclError, exc).message}; make /dev/shm larger (docker run --shm-size=...), "
                     "set UNICCL_SHM_SLOT_BYTES lower, or UNICCL_TRANSPORT=tcp",
                 )
     name = t.bcast_obj(name, root=0)
@@ -94,7 +97,7 @@ def sweep_orphans(folder: str = "/dev/shm") -> list[str]:
     """Unlink our segments whose creator is dead.  A segment lives unlinked-after-attach, but
     a creator killed (SIGKILL) in the instant between creating and unlinking it leaves it
     behind; its name carries the creator's pid, so the next job removes it."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(folder)
     except OSError:
