@@ -29,6 +29,9 @@ Conventions (the plugin ABI, version ``UNICCL_PLUGIN_API``)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 import pluggy
 
 #: Version of this interface.  A plugin reports the version it was written for in
@@ -202,6 +205,44 @@ def uniccl_transports() -> dict:
 def uniccl_native_collectives():
     """Optional whole-collective implementation by a vendor library (NCCL-class).
 
-    Return None when there is none, else an object with the methods documented in
-    ``uniccl._native.NativeCollectives``.
+    Return None when there is none, else an object implementing :class:`NativeCollectives`
+    (``uniccl.kit``'s ``DevicePlugin`` returns one over any NCCL-class library).
     """
+
+
+class NativeCollectives(Protocol):
+    """What ``uniccl_native_collectives()`` returns: whole collectives through the vendor's
+    library, on communicators of its own (one per uniccl communicator)."""
+
+    name: str  # the library, as the flight recorder and ``uniccl info`` show it ("nccl", "cncl")
+
+    def supports(self, dtype: int, op: int = 0) -> bool:
+        """Can the library run this dtype (and reduction op)?  Otherwise the core moves the data."""
+        ...
+
+    def create(self, size: int, rank: int, device: int, bcast_obj: Callable[..., Any]) -> int:
+        """Make the library's communicator, collectively: rank 0 makes the id and
+        ``bcast_obj(obj)`` shares it (returns rank 0's object on every rank).  A handle (int)."""
+        ...
+
+    def destroy(self, comm: int) -> None:
+        """Free a communicator after every call on it finished."""
+        ...
+
+    def abort(self, comm: int) -> None:
+        """End a communicator at once, calls in flight included (``Communicator.abort``)."""
+        ...
+
+    def run(self, coll: str, comm: int, args: dict, stream: Any, rank: int) -> None:
+        """Enqueue collective ``coll`` (``all_reduce``, ``broadcast``, ``reduce``, ``all_gather``,
+        ``reduce_scatter``) with ``args`` (device pointers, count, dtype, op, root) on ``stream``
+        (a stream of this plugin's, or None: the default stream)."""
+        ...
+
+    def group_start(self) -> None:
+        """Start fusing the calls that follow into one launch (``uniccl.group()``)."""
+        ...
+
+    def group_end(self) -> None:
+        """Launch the calls since ``group_start``."""
+        ...

@@ -33,6 +33,7 @@ from .. import _env
 from .._errors import InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
 from .._plugins import manager
 from .._types import FLOATING, DType, MemcpyKind, ReduceOp, dtype_name
+from ..hookspecs import NativeCollectives
 from ..observability import flight as _fl
 from ..observability import log as _log
 from ..observability import metrics as _metrics
@@ -155,7 +156,7 @@ class Communicator:
 
     # set in _setup
     _timeout_set: float | None  # what the transports were last told
-    _native: _device.NativeCollectives | None  # the vendor library's collectives (None: none)
+    _native: NativeCollectives | None  # the vendor library's collectives (None: none)
     _native_comm: int | None  # its communicator
     _hier: tuple[Communicator, Communicator | None] | None  # (vendor group, leaders or None)
     _announced: tuple[Plan, int] | None  # (plan, seq) of the running announced call
@@ -709,7 +710,7 @@ class Communicator:
         if native is not None:
             if (hdrs[:, _H_NATIVE] == self._native_id).all():
                 if entry is not None:
-                    entry[_fl.PATH] = f"native:{cast(_device.NativeCollectives, self._native).name}"
+                    entry[_fl.PATH] = f"native:{cast(NativeCollectives, self._native).name}"
                 return self._run_native(plan, native)
             _device.stage_in(self._backend, self._mirrors, staged)  # a peer stages: so do we
         if plan.run is None:
@@ -833,7 +834,7 @@ class Communicator:
     def _run_native(self, plan: Plan, args: dict):
         # the native path runs only where _init_native made the library's communicator, on a
         # device platform (it has stream_synchronize)
-        native = cast("_device.NativeCollectives", self._native)
+        native = cast(NativeCollectives, self._native)
         native.run(plan.name, cast(int, self._native_comm), args, args["stream"], self.rank)
         if args["stream"] is None:  # no stream given: done on return, like the host path
             cast("Callable[[Any], None]", self._backend.stream_synchronize)(None)

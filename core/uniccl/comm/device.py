@@ -18,34 +18,10 @@ library runs the collective on the device, on that stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
-
 from .._types import MemcpyKind
 
 # Collectives the NCCL-class libraries have natively (the rest stage through the host).
 NATIVE = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
-
-
-class NativeCollectives(Protocol):
-    """What a plugin's ``uniccl_native_collectives()`` returns (:class:`uniccl.kit._plugin.NativeNccl`
-    is one): whole collectives through the vendor's library, on its own communicators."""
-
-    name: str
-
-    def supports(self, dtype: int, op: int = 0) -> bool: ...
-
-    def create(self, size: int, rank: int, device: int, bcast_obj: Callable[..., Any]) -> int: ...
-
-    def destroy(self, comm: int) -> None: ...
-
-    def abort(self, comm: int) -> None: ...
-
-    def run(self, coll: str, comm: int, args: dict, stream: Any, rank: int) -> None: ...
-
-    def group_start(self) -> None: ...
-
-    def group_end(self) -> None: ...
 
 
 class Staged:

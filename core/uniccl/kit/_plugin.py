@@ -68,7 +68,7 @@ class _Kernels:
 
 
 class NativeNccl:
-    """Whole collectives through the vendor's NCCL-class library (uniccl._native's interface)."""
+    """Whole collectives through the vendor's NCCL-class library (``hookspecs.NativeCollectives``)."""
 
     def __init__(self, plugin: DevicePlugin, ccl):  # a CclLibrary, or a binding of its shape (CNCL)
         self.plugin, self.ccl, self.name = plugin, ccl, ccl.spec.prefix
