@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 FAKES = {
@@ -18,7 +19,36 @@ FAKES = {
         hookimpl = pluggy.HookimplMarker("uniccl")
         @hookimpl
         def uniccl_platform_info():
-            return {"name": "future", "version": "9.0", "api_version": 2, "priority": 5}
+            return {"name": "future", "version": "9.0", "api_version": [3, 4], "priority": 5}
+        """,
+    "ancient": """
+        import pluggy
+        hookimpl = pluggy.HookimplMarker("uniccl")
+        @hookimpl
+        def uniccl_platform_info():
+            return {"name": "ancient", "version": "0.0.1", "api_version": 0, "priority": 5}
+        """,
+    "garbled": """
+        import pluggy
+        hookimpl = pluggy.HookimplMarker("uniccl")
+        @hookimpl
+        def uniccl_platform_info():
+            return {"name": "garbled", "version": "0.1", "api_version": "2", "priority": 5}
+        """,
+    # written for plugin API 1 (its uniccl_transports hook included): the core adapts it
+    "oldapi": """
+        import pluggy
+        import uniccl_cpu  # borrow the cpu plugin's hooks: host memory, kernels
+        globals().update({k: getattr(uniccl_cpu, k) for k in dir(uniccl_cpu) if k.startswith("uniccl_")})
+        hookimpl = pluggy.HookimplMarker("uniccl")
+        calls = []
+        @hookimpl
+        def uniccl_platform_info():
+            return {"name": "oldapi", "version": "0.9", "api_version": 1, "priority": -1}
+        @hookimpl
+        def uniccl_transports():
+            calls.append("uniccl_transports")
+            return {}
         """,
     "missing": """
         import pluggy
@@ -102,7 +132,14 @@ def test_every_failure_is_recorded_and_cpu_still_works(fake_path):
     assert plugins["broken"]["state"] == "failed"
     assert "libbroken.so.3" in plugins["broken"]["reason"]
     assert plugins["future"]["state"] == "rejected"
-    assert "plugin API 2" in plugins["future"]["reason"]
+    assert plugins["future"]["reason"] == "plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl"
+    assert plugins["ancient"]["state"] == "rejected"
+    assert plugins["ancient"]["reason"].endswith("plugin API 0, this uniccl supports plugin API 1..2: upgrade the plugin")
+    assert plugins["garbled"]["state"] == "rejected"
+    assert "api_version must be an int or a [lowest, highest] pair of ints, got '2'" in plugins["garbled"]["reason"]
+    assert plugins["oldapi"]["state"] == "available" and plugins["oldapi"]["api_version"] == 1
+    assert plugins["oldapi"]["adapted"] == "its uniccl_transports hook is not called"
+    assert plugins["cpu"]["api_version"] == 2 and plugins["cpu"]["adapted"] == ""
     assert plugins["missing"]["state"] == "rejected"
     assert "uniccl_reduce" in plugins["missing"]["reason"]
     assert plugins["badhook"]["state"] == "failed"
@@ -120,6 +157,8 @@ def test_info_cli_explains_states(fake_path):
     assert "cpu" in out.stdout and "available" in out.stdout
     assert "unavailable: libabsent.so.1 not found" in out.stdout
     assert "chosen platform: cpu" in out.stdout
+    assert "rejected: plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl" in out.stdout
+    assert "plugin API 1 through its adapter (its uniccl_transports hook is not called)" in out.stdout
     assert "MPI:" in out.stdout
 
 
@@ -161,3 +200,52 @@ def test_backend_is_resolved_to_plain_functions():
     with uniccl.init() as comm:
         assert comm._backend.reduce is uniccl_cpu.uniccl_reduce
         assert comm._backend.memcpy is uniccl_cpu.uniccl_memcpy
+
+
+def test_a_plugin_of_the_previous_api_runs_collectives_through_its_adapter(fake_path, tmp_path):
+    """Two plain processes on the version-1 plugin (forced): all_reduce and broadcast give
+    numpy's answer, and the hook version 2 dropped is never called."""
+    code = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        import uniccl
+        import fake_oldapi
+        rank, uid_file = int(sys.argv[1]), sys.argv[2]
+        import os, time
+        if rank == 0:
+            uid = uniccl.get_unique_id()
+            with open(uid_file + ".tmp", "wb") as f:
+                f.write(bytes(uid))
+            os.replace(uid_file + ".tmp", uid_file)
+        else:
+            while not os.path.exists(uid_file):
+                time.sleep(0.01)
+            uid = open(uid_file, "rb").read()
+        with uniccl.Communicator(uid, rank, 2, timeout=60) as comm:
+            x = np.arange(1000, dtype=np.float64) * (rank + 1)
+            comm.all_reduce(x)
+            y = np.full(7, float(rank))
+            comm.broadcast(y, root=1)
+            print(json.dumps({"platform": comm.platform, "sum": x.tolist(), "bcast": y.tolist(),
+                              "calls": fake_oldapi.calls}))
+        """)
+    env = dict(os.environ, PYTHONPATH=fake_path + os.pathsep + os.environ.get("PYTHONPATH", ""), UNICCL_PLATFORM="oldapi")
+    uid_file = str(tmp_path / "uid")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(r), uid_file], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    want = (np.arange(1000, dtype=np.float64) * 3).tolist()
+    for out, _ in outs:
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got["platform"] == "oldapi" and got["sum"] == want and got["bcast"] == [1.0] * 7
+        assert got["calls"] == []
+
+
+def test_every_older_accepted_api_version_has_an_adapter():
+    from uniccl import _plugins, hookspecs
+
+    assert set(_plugins.ADAPTERS) == set(range(hookspecs.UNICCL_PLUGIN_API_OLDEST, hookspecs.UNICCL_PLUGIN_API))
+    assert _plugins.negotiate([1, 5]) == (hookspecs.UNICCL_PLUGIN_API, "")  # the highest both know
+    assert _plugins.negotiate(True)[0] == 0 and _plugins.negotiate([2, 1])[0] == 0

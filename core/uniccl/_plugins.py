@@ -46,6 +46,8 @@ class PluginRecord:
     info: dict = field(default_factory=dict)
     probe: dict = field(default_factory=dict)
     module: object = None
+    api: int = 0  # the plugin API version in use with it (the highest both sides implement)
+    adapted: str = ""  # what the adapter of an older version does for it ("" at the current version)
 
     @property
     def available(self) -> bool:
@@ -85,7 +87,6 @@ class Backend:
     host_reduce_kernel: Callable[[], Any] | None
     dlpack_device_types: Callable[[], list] | None
     claim_pointer: Callable[[int, int, int], int | None] | None
-    transports: Callable[[], dict] | None
     native_collectives: Callable[[], Any] | None
 
     def __init__(self, record: PluginRecord, impls: dict):
@@ -96,6 +97,48 @@ class Backend:
 
     def __repr__(self):
         return f"<Backend {self.name}>"
+
+
+def _v1(module) -> str:
+    """API 1 → 2: ``uniccl_transports`` is gone (nothing ever called it); every other hook of
+    version 1 is the same in version 2."""
+    return "its uniccl_transports hook is not called" if hasattr(module, "uniccl_transports") else "nothing to adapt"
+
+
+# The adapter of each older plugin API version still accepted (UNICCL_PLUGIN_API_OLDEST and up):
+# what it does for a plugin of that version, said in ``uniccl info``.
+ADAPTERS: dict[int, Callable[[object], str]] = {1: _v1}
+
+
+def api_range(declared) -> tuple[int, int]:
+    """The ``[lowest, highest]`` plugin API versions a plugin declares (an int: that one only);
+    ValueError saying what is wrong with anything else."""
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        return declared, declared
+    if (
+        isinstance(declared, (list, tuple))
+        and len(declared) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in declared)
+        and declared[0] <= declared[1]
+    ):
+        return declared[0], declared[1]
+    raise ValueError(f"api_version must be an int or a [lowest, highest] pair of ints, got {declared!r}")
+
+
+def negotiate(declared) -> tuple[int, str]:
+    """(the version to use with a plugin that declares ``declared``, "") or (0, why it is rejected)."""
+    oldest, newest = hookspecs.UNICCL_PLUGIN_API_OLDEST, hookspecs.UNICCL_PLUGIN_API
+    try:
+        low, high = api_range(declared)
+    except ValueError as exc:
+        return 0, str(exc)
+    ours = f"this uniccl supports plugin API {oldest}..{newest}"
+    theirs = f"plugin API {low}" + (f"..{high}" if high != low else "")
+    if low > newest:
+        return 0, f"plugin implements {theirs}, {ours}: upgrade uniccl"
+    if high < oldest:
+        return 0, f"plugin implements {theirs}, {ours}: upgrade the plugin"
+    return min(high, newest), ""
 
 
 def _hook_names():
@@ -167,13 +210,11 @@ class PluginManager:
             rec.version = rec.version or str(rec.info.get("version", ""))
         except Exception as exc:
             return self._reject(rec, "failed", f"uniccl_platform_info raised: {_one_line(exc)}")
-        api = rec.info.get("api_version")
-        if api != hookspecs.UNICCL_PLUGIN_API:
-            return self._reject(
-                rec,
-                "rejected",
-                f"plugin implements plugin API {api!r}, this uniccl supports API {hookspecs.UNICCL_PLUGIN_API}",
-            )
+        rec.api, why = negotiate(rec.info.get("api_version"))
+        if why:
+            return self._reject(rec, "rejected", why)
+        if rec.api != hookspecs.UNICCL_PLUGIN_API:
+            rec.adapted = ADAPTERS[rec.api](module)
         missing = [h for h in REQUIRED_HOOKS if self._impl(module, h) is None]
         if missing:
             return self._reject(rec, "rejected", f"missing required hooks: {', '.join(missing)}")

@@ -34,10 +34,17 @@ from typing import Any, Protocol
 
 import pluggy
 
-#: Version of this interface.  A plugin reports the version it was written for in
-#: ``uniccl_platform_info()["api_version"]``; a different value is rejected with
-#: a clear reason in ``uniccl info``.
-UNICCL_PLUGIN_API = 1
+#: Version of this interface.  A plugin declares the versions it implements in
+#: ``uniccl_platform_info()["api_version"]``: one int, or a ``[lowest, highest]`` pair.  The core
+#: accepts any plugin whose range meets ``UNICCL_PLUGIN_API_OLDEST..UNICCL_PLUGIN_API``, uses the
+#: highest version both know, and adapts an older one (``_plugins.ADAPTERS``), as NCCL keeps
+#: adapters for its older plugin ABIs; ``uniccl info`` says why it rejects any other.
+#:
+#: History: 1 -- the first interface (with a ``uniccl_transports`` hook nothing called);
+#: 2 -- ``uniccl_transports`` removed, ``api_version`` may be a range, ``uniccl_native_collectives``
+#: returns a :class:`NativeCollectives`.
+UNICCL_PLUGIN_API = 2
+UNICCL_PLUGIN_API_OLDEST = 1
 
 hookspec = pluggy.HookspecMarker("uniccl")
 hookimpl = pluggy.HookimplMarker("uniccl")
@@ -49,7 +56,8 @@ def uniccl_platform_info() -> dict:
     """Describe the plugin without touching any SDK (must be cheap, never fail).
 
     Returns a dict with keys ``name`` (platform name, e.g. "cpu"), ``version``
-    (plugin version string), ``api_version`` (``UNICCL_PLUGIN_API`` it implements),
+    (plugin version string), ``api_version`` (the ``UNICCL_PLUGIN_API`` versions it implements:
+    an int or a ``[lowest, highest]`` pair),
     ``priority`` (int; higher wins the automatic choice, cpu is 0) and
     ``description``.
     """
@@ -191,16 +199,7 @@ def uniccl_claim_pointer(ptr: int, device_type: int, device_id: int):
     """
 
 
-# ---------------------------------------------------- transports and collectives
-@hookspec
-def uniccl_transports() -> dict:
-    """Transports this plugin provides: ``{name: factory}``.
-
-    ``factory(comm_info)`` returns a transport object (send/recv of byte ranges
-    between ranks).  The core's MPI transport needs no plugin.
-    """
-
-
+# -------------------------------------------------------------- collectives
 @hookspec
 def uniccl_native_collectives():
     """Optional whole-collective implementation by a vendor library (NCCL-class).

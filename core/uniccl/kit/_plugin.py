@@ -17,12 +17,11 @@ import threading
 
 import pluggy
 
-from .. import _env
+from .. import _env, hookspecs
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
 from ._dl import ccl_conflict, find_library, note_ccl
 
 hookimpl = pluggy.HookimplMarker("uniccl")
-API = 1
 
 
 class _NoKernels:
@@ -204,7 +203,7 @@ class DevicePlugin:
         return {
             "name": self.name,
             "version": self.version,
-            "api_version": API,
+            "api_version": hookspecs.UNICCL_PLUGIN_API,  # kit ships with the core: always its version
             "priority": self.priority,
             "description": self.description,
         }

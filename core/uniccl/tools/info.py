@@ -9,10 +9,11 @@ import sys
 from .._errors import UnicclError
 from .._plugins import manager
 from .._version import __version__
+from ..transport import TRANSPORTS
 
 
 def info() -> dict:
-    """Plugins (version, state, reason, devices, transports), the platform that
+    """Plugins (version, plugin API, state, reason, devices, transports), the platform that
     would be chosen and why, the MPI library, and the Python stack versions."""
     import numpy
 
@@ -29,12 +30,10 @@ def info() -> dict:
             "devices": rec.probe.get("devices", []),
             "versions": rec.probe.get("versions", {}),
             "kernels": rec.probe.get("kernels", ""),
-            "transports": ["mpi"],
+            "api_version": rec.api or rec.info.get("api_version"),
+            "adapted": rec.adapted,
+            "transports": list(TRANSPORTS),
         }
-        if rec.module is not None:
-            transports = mgr.backend(rec).transports
-            if transports is not None:
-                entry["transports"] += sorted(transports() or {})
         plugins.append(entry)
     try:
         chosen, why = mgr.choose()
@@ -88,7 +87,8 @@ def format_info(data: dict) -> str:
         if p["versions"]:
             lines.append("      versions: " + ", ".join(f"{k} {v}" for k, v in p["versions"].items()))
         if p["state"] == "available":
-            lines.append(f"      transports: {', '.join(p['transports'])}")
+            api = f"plugin API {p['api_version']}" + (f" through its adapter ({p['adapted']})" if p["adapted"] else "")
+            lines.append(f"      {api}; transports: {', '.join(p['transports'])}")
     c = data["chosen"]
     lines.append(f"chosen platform: {c['platform'] or 'none'} ({c['why']})")
     return "\n".join(lines)

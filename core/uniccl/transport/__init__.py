@@ -5,3 +5,5 @@ which picks and builds a new communicator's transport.
 May import: ``bootstrap``, ``observability``, ``reliability`` and the base modules; never
 ``comm`` (a transport knows nothing of plans or the public object).
 """
+
+TRANSPORTS = ("shm", "tcp", "mpi")  # shared memory within a host, our TCP mesh, MPI (``uniccl info``)

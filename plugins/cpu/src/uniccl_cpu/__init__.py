@@ -17,8 +17,8 @@ from ._probe import cpu_name, total_memory
 
 __version__ = "0.1.0"
 
-#: The hookspecs version these implementations follow.
-UNICCL_PLUGIN_API = 1
+#: The plugin API versions (uniccl.hookspecs) these implementations follow: [lowest, highest].
+UNICCL_PLUGIN_API = (2, 2)
 
 # Same marker as uniccl.hookimpl, built here so that the plugin does not need the
 # core to be importable at build time.
@@ -181,12 +181,7 @@ def uniccl_claim_pointer(ptr: int, device_type: int, device_id: int):
     return 0 if device_type == _DLPACK_CPU else None
 
 
-# ---------------------------------------------------- transports and collectives
-@hookimpl
-def uniccl_transports() -> dict:
-    return {}
-
-
+# -------------------------------------------------------------- collectives
 @hookimpl
 def uniccl_native_collectives():
     return None
