@@ -234,7 +234,7 @@ def test_a_plugin_of_the_previous_api_runs_collectives_through_its_adapter(fake_
     procs = [subprocess.Popen([sys.executable, "-c", code, str(r), uid_file], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for r in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     want = (np.arange(1000, dtype=np.float64) * 3).tolist()
     for out, _ in outs:
