@@ -58,7 +58,7 @@
 #define UC_SHM_VERSION 1
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
-#define NREC 8
+#define NREC UC_SHM_RECORD_WORDS
 #define NDTYPES 12
 #define NOPS 4                      /* SUM PROD MAX MIN */
 #define CHECK_NS 50000000ULL        /* health checks: after and every 50 ms of waiting */

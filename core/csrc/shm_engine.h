@@ -136,7 +136,12 @@ int uc_shm_trace(uc_shm *e, size_t capacity);
 size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped);
 size_t uc_shm_event_count(const uc_shm *e); /* events recorded since the last take */
 
-/* Allgather of one 8 x int64 record per rank: out[size][8].  A barrier. */
+/* A call's record: the words every rank must agree on before data moves (the one definition:
+ * Python reads it as uniccl.transport.record.RECORD_WORDS, through _shm, for every transport). */
+#define UC_SHM_RECORD_WORDS 8
+
+/* Allgather of one UC_SHM_RECORD_WORDS x int64 record per rank: out[size][UC_SHM_RECORD_WORDS].
+ * A barrier. */
 int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);
 int uc_shm_barrier(uc_shm *e);
 

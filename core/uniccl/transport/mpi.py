@@ -13,8 +13,7 @@ import socket
 import time
 
 from .._errors import InternalError, InvalidArgument, Timeout
-
-_RECORD = 64  # bytes of one rank's record of a call (Communicator._run_announced)
+from .record import RECORD_BYTES  # one rank's record of a call (Communicator._run_announced)
 
 
 @functools.cache
@@ -81,11 +80,13 @@ class MPITransport:
         self.tag_ub = int(mpi_comm.Get_attr(MPI.TAG_UB) or 32767)
         # the records' exchange, made once: slot p of _recs holds rank p's record of the call;
         # one fixed tag suffices, MPI keeps each sender's messages in order
-        self._recs = bytearray(n * _RECORD)
+        self._recs = bytearray(n * RECORD_BYTES)
         slots = memoryview(self._recs)
-        mine = slots[me * _RECORD : (me + 1) * _RECORD]
+        mine = slots[me * RECORD_BYTES : (me + 1) * RECORD_BYTES]
         self._rec_reqs = [self.agree.Send_init([mine, MPI.BYTE], p, 0) for p in range(n) if p != me] + [
-            self.agree.Recv_init([slots[p * _RECORD : (p + 1) * _RECORD], MPI.BYTE], p, 0) for p in range(n) if p != me
+            self.agree.Recv_init([slots[p * RECORD_BYTES : (p + 1) * RECORD_BYTES], MPI.BYTE], p, 0)
+            for p in range(n)
+            if p != me
         ]
         self._mine = mine
         self._expected = {}  # record -> record * size: what _recs holds when every rank agrees

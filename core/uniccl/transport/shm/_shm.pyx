@@ -41,6 +41,8 @@ cdef extern from "Python.h":
     int _check_signals "PyErr_CheckSignals" ()
 
 cdef extern from "shm_engine.h" nogil:
+    enum: UC_SHM_RECORD_WORDS
+    enum: UC_SHM_RING_ORDER
     ctypedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
                                      int op)
     ctypedef struct uc_shm:
@@ -162,6 +164,11 @@ def crc32c_copy(uintptr_t dst, uintptr_t src, size_t nbytes, unsigned int crc=0)
 def crc32c_hardware() -> bool:
     return uc_crc32c_hw() != 0
 
+
+#: Words (int64) of a call's record, the agreement every transport runs (shm_engine.h's
+#: UC_SHM_RECORD_WORDS), and the flag on a reduce_scatter's op for gloo's ring order.
+RECORD_WORDS = UC_SHM_RECORD_WORDS
+RING_ORDER_FLAG = UC_SHM_RING_ORDER
 
 #: Slot size the core should use unless tuned otherwise (two per rank): the pipelined
 #: all_reduce measured best at 512 KiB on a 2-core EPYC (2 and 4 ranks; 64 KiB-1 MiB tried).
@@ -393,15 +400,16 @@ cdef class ShmEngine:
     # ------------------------------------------------------------- collectives
     cdef _records(self, header, out, str op):
         if not (isinstance(header, cnp.ndarray) and cnp.PyArray_TYPE(header) == cnp.NPY_INT64
-                and cnp.PyArray_SIZE(header) == 8 and cnp.PyArray_IS_C_CONTIGUOUS(header)):
-            self._bad(op, "header must be a C-contiguous int64 numpy array of 8 elements", "header")
+                and cnp.PyArray_SIZE(header) == UC_SHM_RECORD_WORDS and cnp.PyArray_IS_C_CONTIGUOUS(header)):
+            self._bad(op, f"header must be a C-contiguous int64 numpy array of {RECORD_WORDS} elements", "header")
         if not (isinstance(out, cnp.ndarray) and cnp.PyArray_TYPE(out) == cnp.NPY_INT64
-                and cnp.PyArray_SIZE(out) == 8 * self.size and cnp.PyArray_IS_C_CONTIGUOUS(out)
+                and cnp.PyArray_SIZE(out) == UC_SHM_RECORD_WORDS * self.size and cnp.PyArray_IS_C_CONTIGUOUS(out)
                 and cnp.PyArray_ISWRITEABLE(out)):
-            self._bad(op, f"out must be a writable C-contiguous int64 numpy array of {self.size} x 8", "out")
+            self._bad(op, f"out must be a writable C-contiguous int64 numpy array of {self.size} x {RECORD_WORDS}",
+                      "out")
 
     def agree(self, header, out):
-        """Allgather of one int64[8] record per rank into ``out`` (int64[size, 8]),
+        """Allgather of one int64[RECORD_WORDS] record per rank into ``out`` (int64[size, RECORD_WORDS]),
         through shared memory; returns once every rank has called it (a barrier).
         Returns True when every rank's record equals ``header`` (compared here, in C)."""
         cdef uc_shm *e = self._live("agree")
@@ -416,7 +424,7 @@ cdef class ShmEngine:
                 rc = uc_shm_agree(e, rec, res)
                 if rc == 0:
                     for q in range(n):
-                        if memcmp(res + 8 * q, rec, 8 * sizeof(int64_t)) != 0:
+                        if memcmp(res + UC_SHM_RECORD_WORDS * q, rec, UC_SHM_RECORD_WORDS * sizeof(int64_t)) != 0:
                             same = 0
                             break
             if rc:
