@@ -5,6 +5,7 @@ block j to rank j, and receives one block from every rank in rank order.
 
     uniccl run -n 4 examples/all_to_all.py
 """
+
 import sys
 
 import numpy as np
@@ -28,7 +29,6 @@ comm.all_to_all(data(r, n), received)
 expected = np.array([data(k, n)[r] for k in range(n)])  # block r of every rank
 bad = [k for k in range(n) if not np.array_equal(received[k], expected[k])]
 ok = not bad
-print(f"rank {r}/{n}: all_to_all " + ("OK" if ok else f"MISMATCH in the blocks from ranks {bad}"),
-      flush=True)
+print(f"rank {r}/{n}: all_to_all " + ("OK" if ok else f"MISMATCH in the blocks from ranks {bad}"), flush=True)
 comm.destroy()
 sys.exit(0 if ok else 1)

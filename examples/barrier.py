@@ -6,6 +6,7 @@ the entry times and each rank checks that it left after the last one entered.
 
     uniccl run -n 4 examples/barrier.py
 """
+
 import sys
 import time
 
@@ -25,7 +26,10 @@ left = time.time()
 entries = np.empty(n)
 comm.all_gather(np.array([entered]), entries)
 ok = left >= entries.max() - 0.01  # 10 ms of slack for clocks of different hosts
-print(f"rank {r}/{n}: barrier " + ("OK" if ok else f"MISMATCH (left {entries.max() - left:.3f} s "
-      "before the last rank entered)"), flush=True)
+print(
+    f"rank {r}/{n}: barrier "
+    + ("OK" if ok else f"MISMATCH (left {entries.max() - left:.3f} s before the last rank entered)"),
+    flush=True,
+)
 comm.destroy()
 sys.exit(0 if ok else 1)

@@ -5,6 +5,7 @@ zeros and must end with exactly the root's int64 values.
 
     uniccl run -n 4 examples/broadcast.py
 """
+
 import sys
 
 import numpy as np
@@ -16,7 +17,7 @@ COUNT = 1000
 
 def data(rank):
     """What rank ``rank`` would broadcast, reproducible from the rank alone."""
-    return np.random.default_rng(rank).integers(-10**12, 10**12, COUNT, dtype=np.int64)
+    return np.random.default_rng(rank).integers(-(10**12), 10**12, COUNT, dtype=np.int64)
 
 
 comm = uniccl.init()
@@ -28,7 +29,9 @@ comm.broadcast(buf, root=root)
 
 wrong = np.count_nonzero(buf != data(root))
 ok = wrong == 0
-print(f"rank {r}/{n}: broadcast " + ("OK" if ok else f"MISMATCH ({wrong} of {COUNT} values differ "
-      f"from root {root}'s)"), flush=True)
+print(
+    f"rank {r}/{n}: broadcast " + ("OK" if ok else f"MISMATCH ({wrong} of {COUNT} values differ from root {root}'s)"),
+    flush=True,
+)
 comm.destroy()
 sys.exit(0 if ok else 1)

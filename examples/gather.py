@@ -5,6 +5,7 @@ receive buffer and checks it against the blocks it rebuilds itself.
 
     uniccl run -n 4 examples/gather.py
 """
+
 import sys
 
 import numpy as np

@@ -7,6 +7,7 @@ its sends without deadlocking.  Here every rank exchanges a block with every ran
 
     uniccl run -n 4 examples/groups.py
 """
+
 import sys
 
 import numpy as np
@@ -27,14 +28,13 @@ r, n = comm.rank, comm.size
 received = np.zeros((n, COUNT), np.float32)
 count = np.array([1], np.int64)
 with uniccl.group():
-    works = [comm.recv(received[p], p) for p in range(n)]   # receives first: fine in a group
+    works = [comm.recv(received[p], p) for p in range(n)]  # receives first: fine in a group
     works += [comm.send(block(r, p), p) for p in range(n)]
     works.append(comm.all_reduce(count))
 done = all(w.is_completed() for w in works)  # everything finished when the block ended
 
 bad = [p for p in range(n) if not np.array_equal(received[p], block(p, r))]
 ok = done and not bad and count[0] == n
-print(f"rank {r}/{n}: groups " + ("OK" if ok else f"MISMATCH (blocks from {bad}, count {count[0]})"),
-      flush=True)
+print(f"rank {r}/{n}: groups " + ("OK" if ok else f"MISMATCH (blocks from {bad}, count {count[0]})"), flush=True)
 comm.destroy()
 sys.exit(0 if ok else 1)

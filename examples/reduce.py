@@ -6,6 +6,7 @@ buffer was left untouched (the reduction is out of place).
 
     uniccl run -n 4 examples/reduce.py
 """
+
 import sys
 
 import numpy as np
@@ -32,7 +33,8 @@ ok = np.array_equal(send, data(r))
 if r == root:
     expected = np.sum([data(k) for k in range(n)], axis=0)
     ok = ok and np.array_equal(result, expected)
-print(f"rank {r}/{n}: reduce " + ("OK" if ok else "MISMATCH (wrong sum on the root or send buffer "
-      "changed)"), flush=True)
+print(
+    f"rank {r}/{n}: reduce " + ("OK" if ok else "MISMATCH (wrong sum on the root or send buffer changed)"), flush=True
+)
 comm.destroy()
 sys.exit(0 if ok else 1)

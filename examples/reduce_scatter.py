@@ -5,6 +5,7 @@ block r of the element-wise sum over all ranks, checked against numpy in float64
 
     uniccl run -n 4 examples/reduce_scatter.py
 """
+
 import sys
 
 import numpy as np
@@ -26,7 +27,7 @@ mine = np.empty(COUNT, np.float32)
 comm.reduce_scatter(data(r, n), mine, op=uniccl.SUM)
 
 total = np.sum([data(k, n).astype(np.float64) for k in range(n)], axis=0)
-expected = total[r * COUNT:(r + 1) * COUNT]
+expected = total[r * COUNT : (r + 1) * COUNT]
 err = np.abs(mine - expected).max()
 ok = err < 1e-4 * n
 print(f"rank {r}/{n}: reduce_scatter " + ("OK" if ok else f"MISMATCH (max error {err:.3g})"), flush=True)

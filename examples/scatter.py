@@ -5,6 +5,7 @@ its own block of COUNT values and checks it exactly.
 
     uniccl run -n 4 examples/scatter.py
 """
+
 import sys
 
 import numpy as np
@@ -28,7 +29,6 @@ comm.scatter(root_data(n) if r == root else None, mine, root=root)  # only the r
 
 wrong = np.count_nonzero(mine != root_data(n)[r])
 ok = wrong == 0
-print(f"rank {r}/{n}: scatter " + ("OK" if ok else f"MISMATCH ({wrong} of {COUNT} values wrong)"),
-      flush=True)
+print(f"rank {r}/{n}: scatter " + ("OK" if ok else f"MISMATCH ({wrong} of {COUNT} values wrong)"), flush=True)
 comm.destroy()
 sys.exit(0 if ok else 1)

@@ -7,6 +7,7 @@ rank 0 talking to itself, which is only allowed inside ``uniccl.group()``.
 
     uniccl run -n 4 examples/send_recv.py
 """
+
 import sys
 
 import numpy as np
@@ -38,7 +39,6 @@ else:
     comm.send(data(r), right)
 
 ok = np.array_equal(got, data(left))
-print(f"rank {r}/{n}: send_recv " + ("OK" if ok else f"MISMATCH (did not get rank {left}'s data)"),
-      flush=True)
+print(f"rank {r}/{n}: send_recv " + ("OK" if ok else f"MISMATCH (did not get rank {left}'s data)"), flush=True)
 comm.destroy()
 sys.exit(0 if ok else 1)

@@ -6,6 +6,7 @@ rank 0 opts out of a second split with ``uniccl.UNDEFINED``.
 
     uniccl run -n 4 examples/split.py
 """
+
 import sys
 
 import numpy as np

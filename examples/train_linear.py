@@ -9,6 +9,7 @@ run on the whole dataset, and the loss must have gone down.
 
     uniccl run -n 4 examples/train_linear.py
 """
+
 import sys
 
 import numpy as np
@@ -36,16 +37,16 @@ def reference(x, y):
 comm = uniccl.init()
 r, n = comm.rank, comm.size
 x_all, y_all = dataset()
-rows = np.array_split(np.arange(N), n)[r]         # this rank's shard (sizes may differ by one)
+rows = np.array_split(np.arange(N), n)[r]  # this rank's shard (sizes may differ by one)
 x, y = x_all[rows].astype(np.float32), y_all[rows].astype(np.float32)
 
 w = np.zeros(D, np.float32)
 losses = []
 for _ in range(STEPS):
     err = x @ w - y
-    grad = (2 / N) * (x.T @ err)                  # this shard's share of the mean gradient
+    grad = (2 / N) * (x.T @ err)  # this shard's share of the mean gradient
     loss = np.array([err @ err / N], np.float32)  # this shard's share of the mean loss
-    comm.all_reduce(grad)                         # sum of shares = full-data gradient
+    comm.all_reduce(grad)  # sum of shares = full-data gradient
     comm.all_reduce(loss)
     w -= LR * grad
     losses.append(float(loss[0]))
@@ -53,7 +54,11 @@ for _ in range(STEPS):
 w_ref = reference(x_all, y_all)
 w_err = np.abs(w - w_ref).max()
 ok = w_err < 1e-4 and losses[-1] < 0.01 * losses[0]
-print(f"rank {r}/{n}: train_linear " + ("OK" if ok else "MISMATCH") +
-      f" (loss {losses[0]:.3f} -> {losses[-1]:.5f}, max weight error vs float64 {w_err:.2g})", flush=True)
+print(
+    f"rank {r}/{n}: train_linear "
+    + ("OK" if ok else "MISMATCH")
+    + f" (loss {losses[0]:.3f} -> {losses[-1]:.5f}, max weight error vs float64 {w_err:.2g})",
+    flush=True,
+)
 comm.destroy()
 sys.exit(0 if ok else 1)

@@ -7,6 +7,7 @@ and delay decides who dies and when (SIGKILL from a thread while its main thread
 inside the collective).  Each survivor reports what it raised, how long after the kill
 (the victim stamps the time just before dying), and how long ``abort()`` took.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,17 @@ import time
 from pathlib import Path
 
 WORKER = Path(__file__).resolve().parent / "workers" / "chaos.py"
-COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather",
-               "scatter", "barrier")
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+)
 RANKS = 4
 
 
@@ -40,11 +50,23 @@ def run(transport: str, collective: str, seed: int, timeout: float = 60) -> dict
         stamp = os.path.join(tmp, "killed-at")
         procs = []
         for r in range(RANKS):
-            env = dict(os.environ, UNICCL_TEST_UID=bytes(uid).hex(), UNICCL_TEST_RANK=str(r),
-                       UNICCL_TEST_SIZE=str(RANKS), UNICCL_BOOTSTRAP="tcp", UNICCL_TRANSPORT=transport)
-            procs.append(subprocess.Popen([sys.executable, str(WORKER), collective, str(victim), f"{after:.3f}",
-                                           stamp], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
+            env = dict(
+                os.environ,
+                UNICCL_TEST_UID=bytes(uid).hex(),
+                UNICCL_TEST_RANK=str(r),
+                UNICCL_TEST_SIZE=str(RANKS),
+                UNICCL_BOOTSTRAP="tcp",
+                UNICCL_TRANSPORT=transport,
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), collective, str(victim), f"{after:.3f}", stamp],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         deadline, rows, hung, errors = time.monotonic() + timeout, [], [], []
         for r, p in enumerate(procs):
             try:
@@ -57,9 +79,17 @@ def run(transport: str, collective: str, seed: int, timeout: float = 60) -> dict
             if r != victim and p.returncode != 0 and r not in hung:
                 errors.append(f"rank {r} exited {p.returncode}: {err[-800:]}")
     ours = {str(p.pid) for p in procs}  # segments are named uniccl-<creator pid>-<random>: only ours count
-    return {"transport": transport, "collective": collective, "seed": seed, "victim": victim, "kill_after": after,
-            "rows": sorted(rows, key=lambda x: x["rank"]), "hung": hung, "errors": errors,
-            "leftover": sorted(f for f in segments() - before if f.split("-")[1] in ours)}
+    return {
+        "transport": transport,
+        "collective": collective,
+        "seed": seed,
+        "victim": victim,
+        "kill_after": after,
+        "rows": sorted(rows, key=lambda x: x["rank"]),
+        "hung": hung,
+        "errors": errors,
+        "leftover": sorted(f for f in segments() - before if f.split("-")[1] in ours),
+    }
 
 
 def problems(result: dict) -> list:

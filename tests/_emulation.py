@@ -33,6 +33,7 @@ Typical use::
     emu.fail("cudaMemcpyAsync", 700)         # inject; emu.clear() undoes
     subprocess.run(cmd, env=env(info))       # children see the same libraries
 """
+
 from __future__ import annotations
 
 import atexit
@@ -193,15 +194,29 @@ def _compile(kind: str, out: Path, cc: str) -> None:
     cudart_dir.mkdir(parents=True, exist_ok=True)
     nccl_dir.mkdir(parents=True, exist_ok=True)
     cudart = cudart_dir / k["cudart"]
-    _run([cc, *CFLAGS, *k["defines"], f"-Wl,-soname,{k['cudart']}", "-o", str(cudart),
-          str(SRC_DIR / "cudart_emu.c")])
+    _run([cc, *CFLAGS, *k["defines"], f"-Wl,-soname,{k['cudart']}", "-o", str(cudart), str(SRC_DIR / "cudart_emu.c")])
     (cudart_dir / "libcudart.so").symlink_to(k["cudart"])
     rpath = "$ORIGIN/" + os.path.relpath(cudart_dir, nccl_dir) if nccl_dir != cudart_dir else "$ORIGIN"
     nccl = nccl_dir / k["nccl"]
-    _run([cc, *CFLAGS, *k["defines"], f"-DEMU_NCCL_VERSION={k['nccl_version']}",
-          f'-DEMU_CUDART_SONAME="{k["cudart"]}"', f"-Wl,-soname,{k['nccl']}", "-o", str(nccl),
-          str(SRC_DIR / "nccl_emu.c"), "-Wl,--no-as-needed", f"-L{cudart_dir}", f"-l:{k['cudart']}",
-          f"-Wl,-rpath,{rpath}", "-ldl", "-lrt"])
+    _run(
+        [
+            cc,
+            *CFLAGS,
+            *k["defines"],
+            f"-DEMU_NCCL_VERSION={k['nccl_version']}",
+            f'-DEMU_CUDART_SONAME="{k["cudart"]}"',
+            f"-Wl,-soname,{k['nccl']}",
+            "-o",
+            str(nccl),
+            str(SRC_DIR / "nccl_emu.c"),
+            "-Wl,--no-as-needed",
+            f"-L{cudart_dir}",
+            f"-l:{k['cudart']}",
+            f"-Wl,-rpath,{rpath}",
+            "-ldl",
+            "-lrt",
+        ]
+    )
     (nccl_dir / "libnccl.so").symlink_to(k["nccl"])
 
 
@@ -245,14 +260,40 @@ def _compile_renamed(kind: str, out: Path, cc: str) -> None:
     vendor = [*k["defines"], f'-DEMU_RT_PREFIX="{rt}"', f'-DEMU_CCL_PREFIX="{ccl}"', "-DEMU_NO_PROPS_V2"]
     rt_obj, ccl_obj = objs / "cudart_emu.o", objs / "nccl_emu.o"
     _run([cc, *cflags, *vendor, "-c", "-o", str(rt_obj), str(SRC_DIR / "cudart_emu.c")])
-    _run([cc, *cflags, *vendor, f"-DEMU_NCCL_VERSION={k['nccl_version']}",
-          f'-DEMU_CUDART_SONAME="{k["cudart"]}"', "-c", "-o", str(ccl_obj), str(SRC_DIR / "nccl_emu.c")])
+    _run(
+        [
+            cc,
+            *cflags,
+            *vendor,
+            f"-DEMU_NCCL_VERSION={k['nccl_version']}",
+            f'-DEMU_CUDART_SONAME="{k["cudart"]}"',
+            "-c",
+            "-o",
+            str(ccl_obj),
+            str(SRC_DIR / "nccl_emu.c"),
+        ]
+    )
     _rename(rt_obj, k["prefixes"])
     _rename(ccl_obj, k["prefixes"])
     _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['cudart']}", "-o", str(cudart_dir / k["cudart"]), str(rt_obj)])
     rpath = "$ORIGIN/" + os.path.relpath(cudart_dir, nccl_dir) if nccl_dir != cudart_dir else "$ORIGIN"
-    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['nccl']}", "-o", str(nccl_dir / k["nccl"]), str(ccl_obj),
-          "-Wl,--no-as-needed", f"-L{cudart_dir}", f"-l:{k['cudart']}", f"-Wl,-rpath,{rpath}", "-ldl", "-lrt"])
+    _run(
+        [
+            cc,
+            "-shared",
+            "-pthread",
+            f"-Wl,-soname,{k['nccl']}",
+            "-o",
+            str(nccl_dir / k["nccl"]),
+            str(ccl_obj),
+            "-Wl,--no-as-needed",
+            f"-L{cudart_dir}",
+            f"-l:{k['cudart']}",
+            f"-Wl,-rpath,{rpath}",
+            "-ldl",
+            "-lrt",
+        ]
+    )
     shutil.rmtree(objs)
 
 
@@ -268,8 +309,14 @@ def _compile_wrapped(kind: str, out: Path, cc: str) -> None:
     objs = out / "obj"
     objs.mkdir(exist_ok=True)
     cflags = [f for f in CFLAGS if f != "-shared"]
-    inner = [*k["defines"], '-DEMU_RT_PREFIX="inner_cuda"', '-DEMU_CCL_PREFIX="inner_nccl"', "-DEMU_INT16",
-             f"-DEMU_NCCL_VERSION={k['nccl_version']}", f'-DEMU_CUDART_SONAME="{k["cudart"]}"']
+    inner = [
+        *k["defines"],
+        '-DEMU_RT_PREFIX="inner_cuda"',
+        '-DEMU_CCL_PREFIX="inner_nccl"',
+        "-DEMU_INT16",
+        f"-DEMU_NCCL_VERSION={k['nccl_version']}",
+        f'-DEMU_CUDART_SONAME="{k["cudart"]}"',
+    ]
     o = {name: objs / (name + ".o") for name in ("cudart_emu", "nccl_emu", "rt", "ccl")}
     _run([cc, *cflags, *inner, "-c", "-o", str(o["cudart_emu"]), str(SRC_DIR / "cudart_emu.c")])
     _run([cc, *cflags, *inner, "-c", "-o", str(o["nccl_emu"]), str(SRC_DIR / "nccl_emu.c")])
@@ -279,11 +326,38 @@ def _compile_wrapped(kind: str, out: Path, cc: str) -> None:
     _run([cc, *cflags, "-c", "-o", str(o["ccl"]), str(SRC_DIR / ccl_src)])
     for prefix, _lib in ((rt, k["cudart"]), (ccl, k["nccl"])):
         (objs / f"{prefix}.map").write_text(f"{{ global: {prefix}*; uniccl_emu_*; local: *; }};\n")
-    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['cudart']}", f"-Wl,--version-script={objs / (rt + '.map')}",
-          "-o", str(lib_dir / k["cudart"]), str(o["cudart_emu"]), str(o["rt"])])
-    _run([cc, "-shared", "-pthread", f"-Wl,-soname,{k['nccl']}", f"-Wl,--version-script={objs / (ccl + '.map')}",
-          "-o", str(lib_dir / k["nccl"]), str(o["nccl_emu"]), str(o["ccl"]), "-Wl,--no-as-needed",
-          f"-L{lib_dir}", f"-l:{k['cudart']}", "-Wl,-rpath,$ORIGIN", "-ldl", "-lrt"])
+    _run(
+        [
+            cc,
+            "-shared",
+            "-pthread",
+            f"-Wl,-soname,{k['cudart']}",
+            f"-Wl,--version-script={objs / (rt + '.map')}",
+            "-o",
+            str(lib_dir / k["cudart"]),
+            str(o["cudart_emu"]),
+            str(o["rt"]),
+        ]
+    )
+    _run(
+        [
+            cc,
+            "-shared",
+            "-pthread",
+            f"-Wl,-soname,{k['nccl']}",
+            f"-Wl,--version-script={objs / (ccl + '.map')}",
+            "-o",
+            str(lib_dir / k["nccl"]),
+            str(o["nccl_emu"]),
+            str(o["ccl"]),
+            "-Wl,--no-as-needed",
+            f"-L{lib_dir}",
+            f"-l:{k['cudart']}",
+            "-Wl,-rpath,$ORIGIN",
+            "-ldl",
+            "-lrt",
+        ]
+    )
     shutil.rmtree(objs)
 
 
@@ -430,7 +504,7 @@ def vendor_name(name: str, prefixes=("cuda", "nccl")) -> str:
     """``name`` (a cuda*/nccl* name) as the emulation of a vendor with these prefixes exports it."""
     for old, new in zip(("cuda", "nccl"), prefixes):
         if name.startswith(old):
-            return new + name[len(old):]
+            return new + name[len(old) :]
     return name
 
 

@@ -1,4 +1,5 @@
 """Start N real processes under the MPI launcher of this environment, with a hard timeout."""
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,11 @@ def mpiexec() -> list[str]:
 #: The transports every multi-rank suite runs on, each forced (so a build without the
 #: engine fails instead of silently testing another transport twice).  shm and mpi run
 #: under mpiexec; tcp under ``uniccl run``'s local launcher, with no MPI at all.
-TRANSPORTS = {"shm": {"UNICCL_TRANSPORT": "shm"}, "mpi": {"UNICCL_TRANSPORT": "mpi"},
-              "tcp": {"UNICCL_TRANSPORT": "tcp"}}
+TRANSPORTS = {
+    "shm": {"UNICCL_TRANSPORT": "shm"},
+    "mpi": {"UNICCL_TRANSPORT": "mpi"},
+    "tcp": {"UNICCL_TRANSPORT": "tcp"},
+}
 
 
 def launcher_argv(n: int, env: dict | None) -> list[str]:
@@ -55,8 +59,9 @@ def rank_transports(default: list[int]) -> list[tuple[int, str]]:
     only = os.environ.get("UNICCL_TEST_TRANSPORTS")
     names = [t for t in TRANSPORTS if not only or t in only.split(",")]
     # TCP (Python) is the slowest: 2 and 3 ranks cover its ring and tree paths
-    return [(n, t) for n in rank_counts(default) for t in names
-            if (n > 1 or t == names[0]) and not (t == "tcp" and n > 3)]
+    return [
+        (n, t) for n in rank_counts(default) for t in names if (n > 1 or t == names[0]) and not (t == "tcp" and n > 3)
+    ]
 
 
 def run_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict | None = None):
@@ -64,8 +69,9 @@ def run_ranks(n: int, script: str, *args: str, timeout: float = 120, env: dict |
     in .stdout).  On timeout the whole process group is killed and AssertionError raised."""
     cmd = [*launcher_argv(n, env), sys.executable, str(WORKERS / script), *map(str, args)]
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=full_env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

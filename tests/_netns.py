@@ -11,6 +11,7 @@ Use the session fixture ``netns_cluster``; it is set up once per pytest process
 even when several test modules import it (a reference count keeps it until the
 last user's teardown).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -36,12 +37,12 @@ LOCK_FILE = os.path.join(tempfile.gettempdir(), "uniccl-netns.lock")
 
 @dataclass
 class NetnsCluster:
-    hosts: list                     # ["10.77.0.2", "10.77.0.3", "10.77.0.4"]
-    namespaces: list                # ["uccl-h1", ...], same order
-    ssh_options: list               # ssh words: key, no known_hosts, quiet
-    tmp: str                        # keys, sshd configs and logs
-    sshd: list = field(default_factory=list)   # Popen of each sshd
-    lock: int | None = None         # fd holding LOCK_FILE while the namespaces exist
+    hosts: list  # ["10.77.0.2", "10.77.0.3", "10.77.0.4"]
+    namespaces: list  # ["uccl-h1", ...], same order
+    ssh_options: list  # ssh words: key, no known_hosts, quiet
+    tmp: str  # keys, sshd configs and logs
+    sshd: list = field(default_factory=list)  # Popen of each sshd
+    lock: int | None = None  # fd holding LOCK_FILE while the namespaces exist
 
     def netns_argv(self, index: int, argv) -> list:
         """argv run inside the namespace of hosts[index]."""
@@ -60,13 +61,11 @@ class NetnsCluster:
 
 
 def _ip() -> str | None:
-    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip")
-                                       if os.access(p, os.X_OK)), None)
+    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.access(p, os.X_OK)), None)
 
 
 def _sshd() -> str | None:
-    return shutil.which("sshd") or ("/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK)
-                                    else None)
+    return shutil.which("sshd") or ("/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK) else None)
 
 
 def _run(*argv, check=True) -> subprocess.CompletedProcess:
@@ -77,8 +76,7 @@ def _run(*argv, check=True) -> subprocess.CompletedProcess:
 
 
 def _ns_pids(name: str) -> list[int]:
-    res = subprocess.run([_ip() or "ip", "netns", "pids", name], capture_output=True,
-                         text=True, timeout=10)
+    res = subprocess.run([_ip() or "ip", "netns", "pids", name], capture_output=True, text=True, timeout=10)
     return [int(p) for p in res.stdout.split() if p.isdigit()]
 
 
@@ -165,8 +163,7 @@ def _lock(wait: float = 150) -> int:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 os.close(fd)
-                pytest.skip(f"another test session held {LOCK_FILE} (the namespaces) for "
-                            f"more than {wait:g} s")
+                pytest.skip(f"another test session held {LOCK_FILE} (the namespaces) for more than {wait:g} s")
             time.sleep(0.5)
 
 
@@ -183,8 +180,7 @@ def _wait_port(addr: str, sshd: subprocess.Popen, log: str, timeout: float = 15)
     while time.monotonic() < deadline:
         if sshd.poll() is not None:
             with open(log) as f:
-                raise RuntimeError(f"sshd on {addr} exited ({sshd.returncode}): "
-                                   f"{f.read().strip()[-500:]}")
+                raise RuntimeError(f"sshd on {addr} exited ({sshd.returncode}): {f.read().strip()[-500:]}")
         try:
             with socket.create_connection((addr, 22), timeout=1) as s:
                 s.settimeout(2)
@@ -199,15 +195,18 @@ def _start() -> NetnsCluster:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     ip, sshd = _ip(), _sshd()
-    for name, path in (("ip (iproute2)", ip), ("sshd (openssh-server)", sshd),
-                       ("ssh (openssh-client)", shutil.which("ssh")),
-                       ("ssh-keygen", shutil.which("ssh-keygen"))):
+    for name, path in (
+        ("ip (iproute2)", ip),
+        ("sshd (openssh-server)", sshd),
+        ("ssh (openssh-client)", shutil.which("ssh")),
+        ("ssh-keygen", shutil.which("ssh-keygen")),
+    ):
         if path is None:
             pytest.skip(f"{name} is not installed")
     lock = _lock()
     cleanup()
     for stale in glob.glob(os.path.join(tempfile.gettempdir(), "uniccl-netns-*")):
-        shutil.rmtree(stale, ignore_errors=True)    # keys and logs of a crashed run
+        shutil.rmtree(stale, ignore_errors=True)  # keys and logs of a crashed run
     try:
         _network(ip)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
@@ -215,23 +214,40 @@ def _start() -> NetnsCluster:
         os.close(lock)
         pytest.skip(f"cannot create network namespaces: {e}")
     tmp = tempfile.mkdtemp(prefix="uniccl-netns-")
-    cluster = NetnsCluster(hosts=[f"{SUBNET}.{i + 2}" for i in range(COUNT)],
-                           namespaces=[f"{NS_PREFIX}{i + 1}" for i in range(COUNT)],
-                           ssh_options=[], tmp=tmp, lock=lock)
+    cluster = NetnsCluster(
+        hosts=[f"{SUBNET}.{i + 2}" for i in range(COUNT)],
+        namespaces=[f"{NS_PREFIX}{i + 1}" for i in range(COUNT)],
+        ssh_options=[],
+        tmp=tmp,
+        lock=lock,
+    )
     try:
         key = _keys(tmp)
-        cluster.ssh_options = ["-i", key, "-o", "UserKnownHostsFile=/dev/null",
-                               "-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR"]
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)   # sshd's privilege separation
+        cluster.ssh_options = [
+            "-i",
+            key,
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "LogLevel=ERROR",
+        ]
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation
         for i, (addr, ns) in enumerate(zip(cluster.hosts, cluster.namespaces), 1):
             cfg = os.path.join(tmp, f"sshd-h{i}.conf")
             with open(cfg, "w") as f:
                 f.write(_SSHD_CONFIG.format(addr=addr, tmp=tmp, i=i))
             log = os.path.join(tmp, f"sshd-h{i}.log")
             with open(log, "w") as out:
-                cluster.sshd.append(subprocess.Popen(
-                    [ip, "netns", "exec", ns, sshd, "-D", "-e", "-f", cfg],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
+                cluster.sshd.append(
+                    subprocess.Popen(
+                        [ip, "netns", "exec", ns, sshd, "-D", "-e", "-f", cfg],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         for i, (addr, proc) in enumerate(zip(cluster.hosts, cluster.sshd), 1):
             _wait_port(addr, proc, os.path.join(tmp, f"sshd-h{i}.log"))
     except BaseException:
@@ -250,7 +266,7 @@ def _stop(cluster: NetnsCluster) -> None:
         cleanup()
         shutil.rmtree(cluster.tmp, ignore_errors=True)
         if cluster.lock is not None:
-            os.close(cluster.lock)          # releases the flock
+            os.close(cluster.lock)  # releases the flock
             cluster.lock = None
 
 

@@ -1,4 +1,5 @@
 """API semantics across real processes: async, groups, p2p, split, unique id, from_mpi."""
+
 import pytest
 from _launch import TRANSPORTS, check_ranks, rank_transports
 from workers.api import CASES

@@ -1,4 +1,5 @@
 """Every bad input raises a typed error on every rank within 10 s, and no rank hangs."""
+
 import json
 
 import pytest

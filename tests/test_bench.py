@@ -1,6 +1,7 @@
 """``uniccl bench``: the pure parts (no communicator), 2-rank runs through -np (mpiexec, and
 ``uniccl run`` when there is none) and under ``uniccl run`` itself (shm and TCP), JSON facts,
 nccl-tests' names, and wrong combinations."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,29 @@ def _dtypes_here():
     """All dtypes, less bfloat16 when ml_dtypes is missing."""
     try:
         import ml_dtypes  # noqa: F401
+
         return _bench.DTYPES
     except ImportError:
         return tuple(d for d in _bench.DTYPES if d != "bfloat16")
 
 
 # ------------------------------------------------------------------ sizes
-@pytest.mark.parametrize("text, value", [
-    ("0", 0), ("8", 8), ("1K", 1024), ("1k", 1024), ("64M", 64 << 20), ("1G", 1 << 30),
-    ("2KB", 2048), ("4KiB", 4096), ("3T", 3 << 40), (" 16 ", 16), (12, 12),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0", 0),
+        ("8", 8),
+        ("1K", 1024),
+        ("1k", 1024),
+        ("64M", 64 << 20),
+        ("1G", 1 << 30),
+        ("2KB", 2048),
+        ("4KiB", 4096),
+        ("3T", 3 << 40),
+        (" 16 ", 16),
+        (12, 12),
+    ],
+)
 def test_parse_size(text, value):
     assert _bench.parse_size(text) == value
 
@@ -102,29 +116,72 @@ def test_arguments_defaults_and_lists():
     assert (a.minbytes, a.maxbytes, a.np, a.iters) == (1024, 1 << 30, 4, 3)
     assert len(a.datatype) == 12 and a.op == ("sum", "prod", "max", "min", "avg")
     assert _parse("gather", "-d", "half,bf16,float").datatype == ("float16", "bfloat16", "float32")
-    for bad in (["bogus"], ["all_reduce", "-d", "complex64"], ["all_reduce", "-o", "xor"],
-                ["all_reduce", "-b", "1.5K"], ["all_reduce", "-f", "1"], ["all_reduce", "-c", "2"]):
+    for bad in (
+        ["bogus"],
+        ["all_reduce", "-d", "complex64"],
+        ["all_reduce", "-o", "xor"],
+        ["all_reduce", "-b", "1.5K"],
+        ["all_reduce", "-f", "1"],
+        ["all_reduce", "-c", "2"],
+    ):
         with pytest.raises(SystemExit):
             _parse(*bad)
 
 
 def test_child_argv_round_trips():
-    a = _parse("reduce", "-b", "1K", "-e", "4M", "-f", "4", "-d", "int8,float16", "-o", "all", "-r", "1",
-               "-np", "2", "--json", "out.json")
+    a = _parse(
+        "reduce",
+        "-b",
+        "1K",
+        "-e",
+        "4M",
+        "-f",
+        "4",
+        "-d",
+        "int8,float16",
+        "-o",
+        "all",
+        "-r",
+        "1",
+        "-np",
+        "2",
+        "--json",
+        "out.json",
+    )
     b = _parse(*_bench.child_argv(a))
-    for key in ("collective", "minbytes", "maxbytes", "stepfactor", "iters", "warmup", "check",
-                "datatype", "op", "root"):
+    for key in (
+        "collective",
+        "minbytes",
+        "maxbytes",
+        "stepfactor",
+        "iters",
+        "warmup",
+        "check",
+        "datatype",
+        "op",
+        "root",
+    ):
         assert getattr(a, key) == getattr(b, key), key
     assert b.np is None and b.json == os.path.abspath("out.json")
     assert _parse(*_bench.child_argv(_parse("all_reduce", "--json", "-"))).json == "-"  # stdout stays stdout
 
 
-@pytest.mark.parametrize("name, canonical", [
-    ("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-    ("alltoall", "all_to_all"), ("AllReduce", "all_reduce"), ("all_reduce_perf", "all_reduce"),
-    ("allgather_perf", "all_gather"), ("broadcast_perf", "broadcast"), ("all-to-all", "all_to_all"),
-    ("scatter", "scatter"), ("all", "all"),
-])
+@pytest.mark.parametrize(
+    "name, canonical",
+    [
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("reducescatter", "reduce_scatter"),
+        ("alltoall", "all_to_all"),
+        ("AllReduce", "all_reduce"),
+        ("all_reduce_perf", "all_reduce"),
+        ("allgather_perf", "all_gather"),
+        ("broadcast_perf", "broadcast"),
+        ("all-to-all", "all_to_all"),
+        ("scatter", "scatter"),
+        ("all", "all"),
+    ],
+)
 def test_nccl_tests_names_are_aliases(name, canonical):
     assert _parse(name).collective == canonical
 
@@ -155,9 +212,14 @@ sys.exit({rc})
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX script as mpiexec")
-@pytest.mark.parametrize("version, openmpi", [("mpirun (Open MPI) 4.1.5", True),
-                                              ("prterun (Open MPI) 5.0.3", True),
-                                              ("HYDRA build details:\n    Version: 4.2.0", False)])
+@pytest.mark.parametrize(
+    "version, openmpi",
+    [
+        ("mpirun (Open MPI) 4.1.5", True),
+        ("prterun (Open MPI) 5.0.3", True),
+        ("HYDRA build details:\n    Version: 4.2.0", False),
+    ],
+)
 def test_relaunch_builds_the_mpiexec_line(tmp_path, monkeypatch, version, openmpi):
     for var in _LAUNCH_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -171,7 +233,7 @@ def test_relaunch_builds_the_mpiexec_line(tmp_path, monkeypatch, version, openmp
     assert ("--oversubscribe" in argv) is openmpi
     root = hasattr(os, "geteuid") and os.geteuid() == 0
     assert ("--allow-run-as-root" in argv) is (openmpi and root)
-    rest = argv[argv.index(sys.executable):]
+    rest = argv[argv.index(sys.executable) :]
     assert rest[1:4] == ["-m", "uniccl", "bench"] and "-np" not in rest
     assert _parse(*rest[4:]).minbytes == 1024
 
@@ -204,8 +266,10 @@ def test_relaunch_when_already_launched(monkeypatch, capsys):
 
 
 def test_command_line_names_the_entry_point():
-    assert _bench.command_line(["/x/.venv/bin/uniccl", "bench", "all_reduce", "-e", "1M"]) == \
-        "uniccl bench all_reduce -e 1M"
+    assert (
+        _bench.command_line(["/x/.venv/bin/uniccl", "bench", "all_reduce", "-e", "1M"])
+        == "uniccl bench all_reduce -e 1M"
+    )
     assert _bench.command_line(["/x/uniccl/__main__.py", "bench", "a b"]) == "uniccl bench 'a b'"
     # -np's relaunched ranks get the user's command line (for the JSON), hidden from --help
     a = _parse(*_bench.child_argv(_parse("all_reduce", "-np", "2"), "uniccl bench all_reduce -np 2"))
@@ -235,11 +299,18 @@ def test_progress_only_when_enabled(capsys):
 
 # ------------------------------------------------------------------- table
 def _row(**kw):
-    row = {"collective": "all_reduce", "size": 1024, "count": 256, "dtype": "float32", "op": "sum",
-           "root": None, "nranks": 2, "platform": "cpu"}
+    row = {
+        "collective": "all_reduce",
+        "size": 1024,
+        "count": 256,
+        "dtype": "float32",
+        "op": "sum",
+        "root": None,
+        "nranks": 2,
+        "platform": "cpu",
+    }
     for mode in ("oop", "ip"):
-        row.update({f"{mode}_time_us": 12.5, f"{mode}_algbw": 0.08192, f"{mode}_busbw": 0.08192,
-                    f"{mode}_wrong": 0})
+        row.update({f"{mode}_time_us": 12.5, f"{mode}_algbw": 0.08192, f"{mode}_busbw": 0.08192, f"{mode}_wrong": 0})
     row.update(kw)
     return row
 
@@ -248,8 +319,22 @@ def test_format_row_columns_line_up_with_header():
     header = _bench.header_lines()
     assert all(line.startswith("#") for line in header)
     line = _bench.format_row(_row(oop_path="tcp:ring", ip_path="tcp:ring"))
-    assert line.split() == ["1024", "256", "float32", "sum", "-", "12.50", "0.08", "0.08", "0",
-                            "12.50", "0.08", "0.08", "0", "tcp:ring"]
+    assert line.split() == [
+        "1024",
+        "256",
+        "float32",
+        "sum",
+        "-",
+        "12.50",
+        "0.08",
+        "0.08",
+        "0",
+        "12.50",
+        "0.08",
+        "0.08",
+        "0",
+        "tcp:ring",
+    ]
     names = header[1]
     for col in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
         end = names.index(col) + len(col)  # right-aligned: header and value end together
@@ -258,8 +343,19 @@ def test_format_row_columns_line_up_with_header():
 
 
 def test_format_row_variants():
-    line = _bench.format_row(_row(op=None, root=1, oop_time_us=None, oop_algbw=None, oop_busbw=None,
-                                  oop_wrong=None, ip_time_us=123.456, ip_wrong=None, ip_path="shm"))
+    line = _bench.format_row(
+        _row(
+            op=None,
+            root=1,
+            oop_time_us=None,
+            oop_algbw=None,
+            oop_busbw=None,
+            oop_wrong=None,
+            ip_time_us=123.456,
+            ip_wrong=None,
+            ip_path="shm",
+        )
+    )
     assert line.split()[3:] == ["-", "1", "-", "-", "-", "-", "123.5", "0.08", "0.08", "N/A", "shm"]
     assert _bench.format_row(_row(oop_path="shm", ip_path="tcp:tree")).split()[-1] == "shm/tcp:tree"
     assert _bench.format_row(_row()).split()[-1] == "-"  # path unknown
@@ -320,7 +416,7 @@ def test_check_data_bounds_for_many_ranks(name):
         d = _bench.CheckData(name, op, n)
         assert d.window < n
         bound = _bench.exact_sum_limit(d.dtype) if op == "sum" else 2 ** _bench.max_pow2_exponent(d.dtype)
-        top = d.window * d.hi if op == "sum" else 2 ** d.window
+        top = d.window * d.hi if op == "sum" else 2**d.window
         assert top <= bound
 
 
@@ -360,7 +456,7 @@ class _World:
                 for args in calls.values():
                     out = next(a for a in args[1::-1] if isinstance(a, np.ndarray))
                     if len(out):
-                        out[len(out) // 2:len(out) // 2 + 1] += 1
+                        out[len(out) // 2 : len(out) // 2 + 1] += 1
 
     @staticmethod
     def _op(op, n, bufs):
@@ -400,20 +496,20 @@ class _World:
         res = self._op(calls[0][2], self.n, [calls[r][0].copy() for r in range(self.n)])
         b = len(res) // self.n
         for r, (_s, d, _) in calls.items():
-            d[...] = res[r * b:(r + 1) * b]
+            d[...] = res[r * b : (r + 1) * b]
 
     def all_to_all(self, calls):
         sends = [calls[r][0].copy() for r in range(self.n)]
         b = len(sends[0]) // self.n
         for r, (_s, d) in calls.items():
-            d[...] = np.concatenate([sends[j][r * b:(r + 1) * b] for j in range(self.n)])
+            d[...] = np.concatenate([sends[j][r * b : (r + 1) * b] for j in range(self.n)])
 
     def scatter(self, calls):
         root = calls[0][2]
         src = calls[root][0].copy()
         b = len(src) // self.n
         for r, (_s, d, _) in calls.items():
-            d[...] = src[r * b:(r + 1) * b]
+            d[...] = src[r * b : (r + 1) * b]
 
 
 class _FakeComm:
@@ -452,8 +548,10 @@ def test_cases_check_clean_on_simulated_ranks(collective, nranks):
                 for mode in _bench.modes(collective):
                     for corrupt in (False, True):
                         world.corrupt = corrupt
-                        cases = [_bench.make_case(c, collective, s, d, total, count, _Op(op or ""), root,
-                                                  mode == "ip") for c, (s, d) in zip(comms, bufs)]
+                        cases = [
+                            _bench.make_case(c, collective, s, d, total, count, _Op(op or ""), root, mode == "ip")
+                            for c, (s, d) in zip(comms, bufs)
+                        ]
                         for r, case in enumerate(cases):
                             _bench.prepare(case, data, r)
                         for case in cases:
@@ -476,8 +574,18 @@ def parse_table(text):
             continue
         f = line.split()
         assert len(f) == 14, line
-        rows.append({"size": int(f[0]), "count": int(f[1]), "dtype": f[2], "op": f[3], "root": f[4],
-                     "oop": f[5:9], "ip": f[9:13], "algorithm": f[13]})
+        rows.append(
+            {
+                "size": int(f[0]),
+                "count": int(f[1]),
+                "dtype": f[2],
+                "op": f[3],
+                "root": f[4],
+                "oop": f[5:9],
+                "ip": f[9:13],
+                "algorithm": f[13],
+            }
+        )
     return rows
 
 
@@ -485,12 +593,17 @@ def header(text):
     """The '#' lines before the first table, without uniccl run's prefix."""
     lines = [re.sub(r"^\[0\] ", "", x) for x in text.splitlines()]
     lines = [x for x in lines if x.startswith("#")]
-    return lines[:next(i for i, x in enumerate(lines) if x.startswith("# Collective:"))]
+    return lines[: next(i for i, x in enumerate(lines) if x.startswith("# Collective:"))]
 
 
 def expected_rows(collective, lo, hi, factor, dtypes, nops, n=2):
-    return sum(len(_bench.plan_rows(collective, _bench.size_sweep(lo, hi, factor), _bench.numpy_dtype(d).itemsize, n))
-               for d in dtypes) * nops
+    return (
+        sum(
+            len(_bench.plan_rows(collective, _bench.size_sweep(lo, hi, factor), _bench.numpy_dtype(d).itemsize, n))
+            for d in dtypes
+        )
+        * nops
+    )
 
 
 def check_rows(rows, expected):
@@ -517,8 +630,27 @@ def test_two_rank_run(tmp_path):
     if _bench.find_mpiexec() is None:
         pytest.skip("no mpiexec")
     out = tmp_path / "rows.json"
-    cmd = [UNICCL, "bench", "all_reduce", "-np", "2", "-b", "8", "-e", "64K",
-           "-f", "8", "-c", "1", "-d", "all", "-o", "all", "--json", str(out)]
+    cmd = [
+        UNICCL,
+        "bench",
+        "all_reduce",
+        "-np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-c",
+        "1",
+        "-d",
+        "all",
+        "-o",
+        "all",
+        "--json",
+        str(out),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = parse_table(res.stdout)
@@ -545,15 +677,37 @@ def test_under_uniccl_run(transport):
     env = dict(os.environ)
     if transport == "tcp":
         env["UNICCL_TRANSPORT"] = "tcp"
-    cmd = [UNICCL, "run", "-n", "2", UNICCL, "bench", "allreduce", "-b", "8", "-e", "256K", "-f", "8",
-           "-d", "float32,int32", "-o", "sum,max", "-n", "3", "-w", "1"]
+    cmd = [
+        UNICCL,
+        "run",
+        "-n",
+        "2",
+        UNICCL,
+        "bench",
+        "allreduce",
+        "-b",
+        "8",
+        "-e",
+        "256K",
+        "-f",
+        "8",
+        "-d",
+        "float32,int32",
+        "-o",
+        "sum,max",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     head = header(res.stdout)
     text = "\n".join(head)
     why = "all ranks on one host" if transport == "shm" else "UNICCL_TRANSPORT=tcp"
-    assert f"# uniccl {_bench_version()} bench: nranks 2 on 1 host  platform cpu  transport {transport} ({why})" \
-        in text, text
+    assert (
+        f"# uniccl {_bench_version()} bench: nranks 2 on 1 host  platform cpu  transport {transport} ({why})" in text
+    ), text
     assert "ranks met over TCP (started by uniccl run)" in text
     assert not any("MPI" in x for x in head if not x.startswith("#  Rank")), text  # no MPI in use: none named
     ranks = [re.fullmatch(r"#  Rank +(\d+) Pid +(\d+) on +(\S+) device +(\d+) \[(\w+)\]", x) for x in head]
@@ -566,8 +720,9 @@ def test_under_uniccl_run(transport):
     for row in rows:
         assert row["algorithm"] == expected_path(transport, "all_reduce", row["size"]), row
     if transport == "tcp":  # both all_reduce algorithms show up over the sweep
-        assert {r["algorithm"] for r in rows} == {expected_path("tcp", "all_reduce", s)
-                                                  for s in _bench.size_sweep(8, 256 << 10, 8)}
+        assert {r["algorithm"] for r in rows} == {
+            expected_path("tcp", "all_reduce", s) for s in _bench.size_sweep(8, 256 << 10, 8)
+        }
     assert res.stdout.count("# Out of bounds values : 0 OK") == 1
 
 
@@ -593,11 +748,30 @@ def _expected_commit():
 
 def test_json_to_stdout_carries_the_run_facts():
     """`--json -` under `uniccl run --no-prefix`: stdout is the JSON alone, every row with the facts."""
-    cmd = [UNICCL, "run", "--no-prefix", "-n", "2", UNICCL, "bench", "allgather", "-b", "64", "-e", "64K",
-           "-f", "32", "-n", "2", "-w", "1", "--json", "-"]
+    cmd = [
+        UNICCL,
+        "run",
+        "--no-prefix",
+        "-n",
+        "2",
+        UNICCL,
+        "bench",
+        "allgather",
+        "-b",
+        "64",
+        "-e",
+        "64K",
+        "-f",
+        "32",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--json",
+        "-",
+    ]
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                         env=dict(os.environ, UNICCL_TRANSPORT="tcp"))
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, UNICCL_TRANSPORT="tcp"))
     after = datetime.datetime.now(datetime.timezone.utc)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = json.loads(res.stdout)  # nothing else on stdout
@@ -618,8 +792,12 @@ def test_json_to_stdout_carries_the_run_facts():
 
 def test_alias_on_one_process():
     """`uniccl bench allreduce` alone: one rank, checked, nothing moves ("local")."""
-    res = subprocess.run([UNICCL, "bench", "allreduce", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
-                          "-o", "sum,max"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [UNICCL, "bench", "allreduce", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-o", "sum,max"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     rows = parse_table(res.stdout)
     check_rows_one = [r for r in rows if r["oop"][3] == "0" and r["ip"][3] == "0"]
@@ -633,8 +811,12 @@ def test_np_without_mpiexec_runs_under_uniccl_run(tmp_path, monkeypatch, capfd):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(_bench, "find_mpiexec", lambda: None)
     out = tmp_path / "rows.json"
-    assert _bench.relaunch(_parse("reduce_scatter", "-np", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",
-                                  "--json", str(out))) == 0
+    assert (
+        _bench.relaunch(
+            _parse("reduce_scatter", "-np", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "--json", str(out))
+        )
+        == 0
+    )
     text = capfd.readouterr()
     rows = json.loads(out.read_text())
     assert [r["size"] for r in rows] == [1024, 4096] and all(r["oop_wrong"] == r["ip_wrong"] == 0 for r in rows)
@@ -651,8 +833,13 @@ def test_wrong_combination_is_one_line(case):
     else:
         env["UNICCL_TRANSPORT"] = "mpi"
         want = "uniccl bench: error: UNICCL_TRANSPORT=mpi but this communicator was bootstrapped over tcp"
-    res = subprocess.run([UNICCL, "run", "-n", "2", UNICCL, "bench", "all_reduce", "-e", "64", *extra],
-                         capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run(
+        [UNICCL, "run", "-n", "2", UNICCL, "bench", "all_reduce", "-e", "64", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     both = res.stdout + res.stderr
     assert res.returncode == 2, both
     assert "Traceback" not in both, both

@@ -1,4 +1,5 @@
 """as_buffer: numpy arrays, the CUDA Array Interface, DLPack and the buffer protocol."""
+
 import array
 import ctypes
 import gc
@@ -47,6 +48,7 @@ def assert_host_view(v, obj, ptr, count, dtype, readonly=False):
 
 # --- numpy ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dt", list(DType), ids=lambda dt: dt.name)
 def test_numpy_every_dtype(dt):
     if dt == DType.BFLOAT16:
@@ -58,9 +60,17 @@ def test_numpy_every_dtype(dt):
     assert type(v.dtype) is int
 
 
-@pytest.mark.parametrize("npdt, dt", [(np.longlong, DType.INT64), (np.ulonglong, DType.UINT64),
-                                      (np.intc, DType.INT32), (np.uintc, DType.UINT32),
-                                      (np.short, DType.INT16), (np.byte, DType.INT8)])
+@pytest.mark.parametrize(
+    "npdt, dt",
+    [
+        (np.longlong, DType.INT64),
+        (np.ulonglong, DType.UINT64),
+        (np.intc, DType.INT32),
+        (np.uintc, DType.UINT32),
+        (np.short, DType.INT16),
+        (np.byte, DType.INT8),
+    ],
+)
 def test_numpy_type_aliases_map_by_size(npdt, dt):
     assert convert(np.zeros(4, npdt)).dtype == dt
 
@@ -100,6 +110,7 @@ def test_numpy_read_only():
 
 
 # --- buffer protocol --------------------------------------------------------------------
+
 
 def test_bytes_read_only():
     data = b"abcd"
@@ -141,14 +152,23 @@ def test_array_array(code):
     assert_host_view(convert(arr), arr, arr.buffer_info()[0], 5, expected)
 
 
-@pytest.mark.parametrize("ctype, dt", [
-    (ctypes.c_int8, DType.INT8), (ctypes.c_ubyte, DType.UINT8), (ctypes.c_char, DType.UINT8),
-    (ctypes.c_int16, DType.INT16), (ctypes.c_uint16, DType.UINT16),
-    (ctypes.c_int, DType.INT32), (ctypes.c_uint32, DType.UINT32),
-    (ctypes.c_long, dtype_from_name(np.dtype(ctypes.c_long).name)),
-    (ctypes.c_int64, DType.INT64), (ctypes.c_uint64, DType.UINT64),
-    (ctypes.c_float, DType.FLOAT32), (ctypes.c_double, DType.FLOAT64),
-])
+@pytest.mark.parametrize(
+    "ctype, dt",
+    [
+        (ctypes.c_int8, DType.INT8),
+        (ctypes.c_ubyte, DType.UINT8),
+        (ctypes.c_char, DType.UINT8),
+        (ctypes.c_int16, DType.INT16),
+        (ctypes.c_uint16, DType.UINT16),
+        (ctypes.c_int, DType.INT32),
+        (ctypes.c_uint32, DType.UINT32),
+        (ctypes.c_long, dtype_from_name(np.dtype(ctypes.c_long).name)),
+        (ctypes.c_int64, DType.INT64),
+        (ctypes.c_uint64, DType.UINT64),
+        (ctypes.c_float, DType.FLOAT32),
+        (ctypes.c_double, DType.FLOAT64),
+    ],
+)
 def test_ctypes_array(ctype, dt):
     arr = (ctype * 4)()
     assert_host_view(convert(arr), arr, ctypes.addressof(arr), 4, dt)
@@ -159,13 +179,16 @@ def test_ctypes_2d():
     assert_host_view(convert(arr), arr, ctypes.addressof(arr), 6, DType.FLOAT32)
 
 
-@pytest.mark.parametrize("obj, fmt", [
-    (memoryview(np.zeros(2, complex)), "'Zd'"),
-    (memoryview(np.zeros(2, ">i4")), "'>i'"),
-    (memoryview(np.zeros(2, bool)), "'?'"),
-    ((ctypes.c_bool * 2)(), "'<?'"),
-    (memoryview(np.zeros(2, [("a", "i4"), ("b", "f8")])), "T{"),
-])
+@pytest.mark.parametrize(
+    "obj, fmt",
+    [
+        (memoryview(np.zeros(2, complex)), "'Zd'"),
+        (memoryview(np.zeros(2, ">i4")), "'>i'"),
+        (memoryview(np.zeros(2, bool)), "'?'"),
+        ((ctypes.c_bool * 2)(), "'<?'"),
+        (memoryview(np.zeros(2, [("a", "i4"), ("b", "f8")])), "T{"),
+    ],
+)
 def test_buffer_unsupported_format(obj, fmt):
     err = rejected(obj, "unsupported dtype with buffer format")
     assert fmt in str(err) and "supported: int8" in str(err)
@@ -173,12 +196,12 @@ def test_buffer_unsupported_format(obj, fmt):
 
 @pytest.mark.parametrize("obj", [[1, 2], None, 3, "text", object()])
 def test_not_a_buffer(obj):
-    err = rejected(obj, "expected an object with the buffer protocol, DLPack or the CUDA "
-                        "Array Interface")
+    err = rejected(obj, "expected an object with the buffer protocol, DLPack or the CUDA Array Interface")
     assert str(err).endswith(f"got {type(obj).__name__}")
 
 
 # --- CUDA Array Interface ---------------------------------------------------------------
+
 
 class FakeCuda:
     """Pretends host memory is device memory: a CAI dict over a numpy array."""
@@ -186,8 +209,14 @@ class FakeCuda:
     def __init__(self, arr, **fields):
         self.arr = arr
         self.__cuda_array_interface__ = {
-            "version": 3, "shape": arr.shape, "typestr": arr.dtype.str, "strides": None,
-            "data": (arr.ctypes.data, not arr.flags.writeable), "stream": 1, **fields}
+            "version": 3,
+            "shape": arr.shape,
+            "typestr": arr.dtype.str,
+            "strides": None,
+            "data": (arr.ctypes.data, not arr.flags.writeable),
+            "stream": 1,
+            **fields,
+        }
 
 
 def test_cai_basic():
@@ -260,6 +289,7 @@ def test_cai_checked_before_dlpack_and_buffer():
 
 # --- DLPack -----------------------------------------------------------------------------
 
+
 class NumpyProducer:
     """A third-party DLPack producer backed by numpy's own __dlpack__."""
 
@@ -295,8 +325,9 @@ def test_dlpack_numpy_producer_deleter_runs_once():
     assert sys.getrefcount(arr) == before
 
 
-@pytest.mark.parametrize("arr, match", [(np.arange(8.0)[::2], "element strides"),
-                                        (np.zeros(2, np.complex64), "unsupported dtype")])
+@pytest.mark.parametrize(
+    "arr, match", [(np.arange(8.0)[::2], "element strides"), (np.zeros(2, np.complex64), "unsupported dtype")]
+)
 def test_dlpack_rejection_still_runs_deleter(arr, match):
     producer = NumpyProducer(arr)
     before = sys.getrefcount(arr)
@@ -321,9 +352,15 @@ class DLDataType(ctypes.Structure):
 
 
 class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class DLManagedTensor(ctypes.Structure):
@@ -331,16 +368,14 @@ class DLManagedTensor(ctypes.Structure):
 
 
 DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                            ("deleter", DELETER)]
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
 
 
 class RawProducer:
     """Builds the DLManagedTensor by hand to reach what real producers never emit, and
     counts deleter calls."""
 
-    def __init__(self, shape=(4,), strides=None, code=2, bits=32, lanes=1, byte_offset=0,
-                 device=(1, 0)):
+    def __init__(self, shape=(4,), strides=None, code=2, bits=32, lanes=1, byte_offset=0, device=(1, 0)):
         self.memory = np.zeros(64, np.uint8)
         self.deleted = 0
         self.dlpack_kwargs = []
@@ -348,9 +383,15 @@ class RawProducer:
         self._shape = (ctypes.c_int64 * len(shape))(*shape)
         self._strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
         self._deleter = DELETER(self._delete)
-        t = DLTensor(data=self.memory.ctypes.data, device=DLDevice(*device), ndim=len(shape),
-                     dtype=DLDataType(code, bits, lanes), shape=self._shape,
-                     strides=self._strides, byte_offset=byte_offset)
+        t = DLTensor(
+            data=self.memory.ctypes.data,
+            device=DLDevice(*device),
+            ndim=len(shape),
+            dtype=DLDataType(code, bits, lanes),
+            shape=self._shape,
+            strides=self._strides,
+            byte_offset=byte_offset,
+        )
         self.managed = DLManagedTensor(dl_tensor=t, deleter=self._deleter)
 
     def _delete(self, managed):
@@ -363,8 +404,7 @@ class RawProducer:
     def __dlpack__(self, **kwargs):
         self.dlpack_kwargs.append(kwargs)
         new = ctypes.pythonapi.PyCapsule_New
-        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
-                                                      ctypes.c_void_p]
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         return new(ctypes.addressof(self.managed), b"dltensor", None)
 
 
@@ -385,20 +425,31 @@ def test_dlpack_device_and_stream():
     assert producer.dlpack_kwargs == [{"stream": None}]
 
 
-@pytest.mark.parametrize("code, bits, dt", [(0, 8, DType.INT8), (0, 64, DType.INT64),
-                                            (1, 32, DType.UINT32), (2, 16, DType.FLOAT16),
-                                            (2, 64, DType.FLOAT64), (4, 16, DType.BFLOAT16)])
+@pytest.mark.parametrize(
+    "code, bits, dt",
+    [
+        (0, 8, DType.INT8),
+        (0, 64, DType.INT64),
+        (1, 32, DType.UINT32),
+        (2, 16, DType.FLOAT16),
+        (2, 64, DType.FLOAT64),
+        (4, 16, DType.BFLOAT16),
+    ],
+)
 def test_dlpack_dtype_codes(code, bits, dt):
     assert convert(RawProducer(code=code, bits=bits)).dtype == dt
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(lanes=4), "4 lanes; expected lanes 1"),
-    (dict(code=5, bits=64), "unsupported dtype with DLPack code 5 and 64 bits"),
-    (dict(code=6, bits=8), "unsupported dtype with DLPack code 6"),
-    (dict(code=4, bits=8), "unsupported dtype with DLPack code 4"),
-    (dict(shape=(2, 3), strides=(1, 2)), r"element strides \(1, 2\) for shape \(2, 3\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(lanes=4), "4 lanes; expected lanes 1"),
+        (dict(code=5, bits=64), "unsupported dtype with DLPack code 5 and 64 bits"),
+        (dict(code=6, bits=8), "unsupported dtype with DLPack code 6"),
+        (dict(code=4, bits=8), "unsupported dtype with DLPack code 4"),
+        (dict(shape=(2, 3), strides=(1, 2)), r"element strides \(1, 2\) for shape \(2, 3\)"),
+    ],
+)
 def test_dlpack_rejections_run_deleter(kwargs, match):
     producer = RawProducer(**kwargs)
     rejected(producer, match)
@@ -424,11 +475,20 @@ def test_dlpack_export_failure_is_invalid_argument():
     assert isinstance(err.__cause__, BufferError)
 
 
-TORCH_DTYPES = [("int8", DType.INT8), ("uint8", DType.UINT8), ("int16", DType.INT16),
-                ("uint16", DType.UINT16), ("int32", DType.INT32), ("uint32", DType.UINT32),
-                ("int64", DType.INT64), ("uint64", DType.UINT64), ("float16", DType.FLOAT16),
-                ("bfloat16", DType.BFLOAT16), ("float32", DType.FLOAT32),
-                ("float64", DType.FLOAT64)]
+TORCH_DTYPES = [
+    ("int8", DType.INT8),
+    ("uint8", DType.UINT8),
+    ("int16", DType.INT16),
+    ("uint16", DType.UINT16),
+    ("int32", DType.INT32),
+    ("uint32", DType.UINT32),
+    ("int64", DType.INT64),
+    ("uint64", DType.UINT64),
+    ("float16", DType.FLOAT16),
+    ("bfloat16", DType.BFLOAT16),
+    ("float32", DType.FLOAT32),
+    ("float64", DType.FLOAT64),
+]
 
 
 @pytest.mark.parametrize("name, dt", TORCH_DTYPES, ids=[name for name, _ in TORCH_DTYPES])
@@ -458,19 +518,18 @@ def test_torch_rejections():
 
 # --- errors and the view object ---------------------------------------------------------
 
+
 def test_errors_pickle_round_trip():
     err = rejected(np.zeros(2, complex), "unsupported dtype")
     copy = pickle.loads(pickle.dumps(err))
     assert type(copy) is InvalidArgument
     assert str(copy) == str(err)
-    assert (copy.op, copy.rank, copy.argument, copy.message) == (
-        err.op, err.rank, err.argument, err.message)
+    assert (copy.op, copy.rank, copy.argument, copy.message) == (err.op, err.rank, err.argument, err.message)
 
 
 def test_view_attributes_are_read_only():
     v = convert(np.zeros(2))
-    for name in ("obj", "ptr", "nbytes", "count", "dtype", "readonly", "device_type",
-                 "device_id", "stream"):
+    for name in ("obj", "ptr", "nbytes", "count", "dtype", "readonly", "device_type", "device_id", "stream"):
         with pytest.raises(AttributeError):
             setattr(v, name, 0)
     assert "float64" in repr(v)

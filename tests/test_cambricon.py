@@ -3,6 +3,7 @@
 notifier calls, copy directions, cnrtErrorBusy, the async copy's fallback names, clique
 ids, CNCL's data types — checked call by call.  The collectives themselves are covered by
 tests/conformance --uniccl-platform=cambricon and the mixed-vendor tests."""
+
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -14,8 +15,10 @@ import pytest
 from uniccl import InvalidArgument, VendorError
 from uniccl.kit import DevicePlugin
 
-pytestmark = pytest.mark.skipif("cambricon" not in {ep.name for ep in metadata.entry_points(group="uniccl.plugins")},
-                                reason="uniccl-cambricon is not installed")
+pytestmark = pytest.mark.skipif(
+    "cambricon" not in {ep.name for ep in metadata.entry_points(group="uniccl.plugins")},
+    reason="uniccl-cambricon is not installed",
+)
 
 
 @pytest.fixture
@@ -26,9 +29,19 @@ def plugin(monkeypatch):
     emu = _emulation.load("cambricon")
     emu.clear()
     real = module.plugin  # a fresh, unprobed instance with the installed plugin's settings
-    yield DevicePlugin("cambricon", module.__version__, module.RUNTIME, module.CNCL, priority=10,
-                       dlpack_types=real.dlpack_types, kernels_dir=real.kernels_dir,
-                       kernels_prefix=real.kernels_prefix), emu
+    yield (
+        DevicePlugin(
+            "cambricon",
+            module.__version__,
+            module.RUNTIME,
+            module.CNCL,
+            priority=10,
+            dlpack_types=real.dlpack_types,
+            kernels_dir=real.kernels_dir,
+            kernels_prefix=real.kernels_prefix,
+        ),
+        emu,
+    )
     emu.clear()
 
 
@@ -60,9 +73,9 @@ def test_copies_take_cnrt_directions_through_the_newest_async_copy(plugin):
     dev = p.uniccl_mem_alloc(0, src.nbytes)
     dev2 = p.uniccl_mem_alloc(0, src.nbytes)
     try:
-        p.uniccl_memcpy(dev, src.ctypes.data, src.nbytes, 1, q)    # host to device
-        p.uniccl_memcpy(dev2, dev, src.nbytes, 3, q)               # device to device
-        p.uniccl_memcpy(out.ctypes.data, dev2, src.nbytes, 2, q)   # device to host
+        p.uniccl_memcpy(dev, src.ctypes.data, src.nbytes, 1, q)  # host to device
+        p.uniccl_memcpy(dev2, dev, src.nbytes, 3, q)  # device to device
+        p.uniccl_memcpy(out.ctypes.data, dev2, src.nbytes, 2, q)  # device to host
         p.uniccl_stream_synchronize(q)
         assert np.array_equal(out, src)
         assert emu.calls("cnrtMemcpyAsync_V2") == 3 and emu.calls("cnrtMemcpyAsync") == 0
@@ -86,7 +99,7 @@ def test_busy_notifier_is_not_ready_not_an_error(plugin):
         p.uniccl_event_record(n, q)
         emu.fail("cnrtQueryNotifier", 632014, 0, 1)  # cnrtErrorBusy: still pending
         assert p.uniccl_event_query(n) is False
-        p.uniccl_stream_wait_event(q, n)             # cnrtQueueWaitNotifier(notifier, queue, 0)
+        p.uniccl_stream_wait_event(q, n)  # cnrtQueueWaitNotifier(notifier, queue, 0)
         p.uniccl_event_synchronize(n)
         assert p.uniccl_event_query(n) is True
         assert emu.calls("cnrtQueueWaitNotifier") == 1 and emu.calls("cnrtPlaceNotifier") == 1

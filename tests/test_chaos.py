@@ -2,6 +2,7 @@
 collective, 24 seeds): every survivor raises RemoteError naming the dead rank within 10 s,
 abort() returns within 5 s, nothing is left in /dev/shm, nothing hangs.  The worst times
 over many seeds: ``python benchmarks/chaos.py`` (docs/reliability.md)."""
+
 import _chaos
 import pytest
 

@@ -1,10 +1,10 @@
 """Differential matrix: every collective x 12 dtypes x 5 ops x sizes, in and out of place,
 at 1, 2, 3 and 4 real processes, against numpy (float64 / exact integers)."""
+
 import pytest
 from _launch import TRANSPORTS, check_ranks, rank_transports
 
-COLLECTIVES = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
-               "gather", "scatter"]
+COLLECTIVES = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"]
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)

@@ -6,6 +6,7 @@
   (skipped where no nvcc is found) and reports the other dialects' compilers missing;
 * gpu: the host checks again on the nvcc build, where a CUDA GPU is usable.
 """
+
 import ctypes
 import glob
 import re
@@ -22,9 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "plugins" / "shared" / "cuda_kernels"
 
 # uniccl's DType and ReduceOp codes (checked against uniccl._types below)
-NUMPY = {0: np.int8, 1: np.uint8, 2: np.int32, 3: np.uint32, 4: np.int64, 5: np.uint64,
-         6: np.float16, 7: np.float32, 8: np.float64, 9: ml_dtypes.bfloat16, 10: np.int16,
-         11: np.uint16}
+NUMPY = {
+    0: np.int8,
+    1: np.uint8,
+    2: np.int32,
+    3: np.uint32,
+    4: np.int64,
+    5: np.uint64,
+    6: np.float16,
+    7: np.float32,
+    8: np.float64,
+    9: ml_dtypes.bfloat16,
+    10: np.int16,
+    11: np.uint16,
+}
 NAMES = {code: np.dtype(t).name for code, t in NUMPY.items()}
 INTS = [c for c, t in NUMPY.items() if np.dtype(t).kind in "iu"]
 FLOATS = [c for c in NUMPY if c not in INTS]
@@ -38,11 +50,23 @@ GRID_THREADS = 2048 * 256  # reduce.cu's largest grid (kMaxBlocks x kThreads)
 
 
 def _bind(lib):
-    lib.uniccl_cuda_reduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                       ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                       ctypes.c_void_p]
-    lib.uniccl_cuda_scale.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                      ctypes.c_int, ctypes.c_ulonglong, ctypes.c_void_p]
+    lib.uniccl_cuda_reduce.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
+    lib.uniccl_cuda_scale.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_ulonglong,
+        ctypes.c_void_p,
+    ]
     lib.uniccl_cuda_kernels_info.restype = ctypes.c_char_p
     return lib
 
@@ -123,9 +147,23 @@ def host_lib(tmp_path_factory):
         pytest.skip("no g++ to build the host-compat kernels")
     out = tmp_path_factory.mktemp("host") / "libuniccl_kernels_host.so"
     # -Werror: the kernel source must stay warning-clean
-    cmd = [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-           "-x", "c++", "-include", str(KDIR / "host_compat.h"), str(KDIR / "reduce.cu"),
-           "-o", str(out)]
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fPIC",
+        "-shared",
+        "-x",
+        "c++",
+        "-include",
+        str(KDIR / "host_compat.h"),
+        str(KDIR / "reduce.cu"),
+        "-o",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return _bind(ctypes.CDLL(str(out)))
 
@@ -139,9 +177,12 @@ def cmake_build(tmp_path_factory):
     if not cmake:
         pytest.skip("no cmake")
     build = tmp_path_factory.mktemp("cmake")
-    subprocess.run([cmake, "-S", str(KDIR), "-B", str(build),
-                    "-DUNICCL_KERNELS_DIALECTS=cuda;ivcore;maca;musa"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [cmake, "-S", str(KDIR), "-B", str(build), "-DUNICCL_KERNELS_DIALECTS=cuda;ivcore;maca;musa"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     info = {}
     for line in (build / "kernels-info.txt").read_text().splitlines():
         dialect, desc, lib, compiler = line.split("\t")
@@ -155,8 +196,9 @@ def nvcc_lib(cmake_build):
     desc, lib, nvcc = info["cuda"]
     if not lib:
         pytest.skip(f"no nvcc build: {desc} (scripts/check_cuda_kernels.sh installs one)")
-    proc = subprocess.run([cmake, "--build", str(build), "--target", "uniccl_kernels_cuda_build"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [cmake, "--build", str(build), "--target", "uniccl_kernels_cuda_build"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert Path(lib).is_file()
     return nvcc, desc, lib
@@ -165,8 +207,9 @@ def nvcc_lib(cmake_build):
 def _cudart(nvcc):
     """The toolkit's libcudart next to nvcc (wheel or /usr/local/cuda layout)."""
     top = Path(nvcc).resolve().parent.parent
-    text = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", "/dev/null", "-o", "/dev/null"],
-                          capture_output=True, text=True).stderr
+    text = subprocess.run(
+        [nvcc, "--dryrun", "-c", "-x", "cu", "/dev/null", "-o", "/dev/null"], capture_output=True, text=True
+    ).stderr
     m = re.search(r"#\$ TOP=(.*)", text)
     if m:
         top = Path(m.group(1).strip())
@@ -272,8 +315,7 @@ def run_kernel(mem, code, n, inputs, call, layout):
     nd = np.dtype(NUMPY[code])
     size = nd.itemsize
     nbytes = n * size
-    shift = {"aligned": [0, 0, 0], "offset": [1, 1, 1], "mixed": [0, 1, 0],
-             "in_place": [0, 0, 0]}[layout]
+    shift = {"aligned": [0, 0, 0], "offset": [1, 1, 1], "mixed": [0, 1, 0], "in_place": [0, 0, 0]}[layout]
     # dst gets a guard of one element either side
     dst_base = mem.alloc(nbytes + 2 * size + 16)
     dst = dst_base + 16 + shift[0] * size
@@ -292,18 +334,30 @@ def run_kernel(mem, code, n, inputs, call, layout):
     assert rc == 0
     raw = mem.download(dst_base, nbytes + 2 * size + 16)
     lo = 16 + shift[0] * size
-    assert set(raw[:lo]) <= {GUARD} and set(raw[lo + nbytes:]) <= {GUARD}, "wrote outside dst"
-    return np.frombuffer(raw[lo:lo + nbytes], nd).copy()
+    assert set(raw[:lo]) <= {GUARD} and set(raw[lo + nbytes :]) <= {GUARD}, "wrote outside dst"
+    return np.frombuffer(raw[lo : lo + nbytes], nd).copy()
 
 
 def reduce_on(mem, code, op, a, b, layout="aligned"):
-    return run_kernel(mem, code, a.size, [a, b], lambda d, x, y: mem.lib.uniccl_cuda_reduce(
-        d, x, y, a.size, code, op, mem.stream), layout)
+    return run_kernel(
+        mem,
+        code,
+        a.size,
+        [a, b],
+        lambda d, x, y: mem.lib.uniccl_cuda_reduce(d, x, y, a.size, code, op, mem.stream),
+        layout,
+    )
 
 
 def scale_on(mem, code, divisor, src, layout="aligned"):
-    return run_kernel(mem, code, src.size, [src], lambda d, s: mem.lib.uniccl_cuda_scale(
-        d, s, src.size, code, divisor, mem.stream), layout)
+    return run_kernel(
+        mem,
+        code,
+        src.size,
+        [src],
+        lambda d, s: mem.lib.uniccl_cuda_scale(d, s, src.size, code, divisor, mem.stream),
+        layout,
+    )
 
 
 # ---------------------------------------------------------------- kernels vs numpy
@@ -344,17 +398,20 @@ def test_counts_past_int32_indices(mem, layout):
     assert np.array_equal(got, a + b)
 
 
-@pytest.mark.parametrize("code, x, y, op, expected", [
-    (0, 127, 1, SUM, -128),
-    (1, 255, 1, SUM, 0),
-    (10, 300, 300, PROD, 90000 - 65536),
-    (11, 65535, 65535, PROD, 1),  # 65535 * 65535 overflows a signed int: must not be UB
-    (2, 2**31 - 1, 2, PROD, -2),
-    (3, 2**32 - 1, 2, SUM, 1),
-    (4, -2**63, -1, SUM, 2**63 - 1),
-    (5, 2**64 - 1, 2**64 - 1, PROD, 1),
-    (4, -2**63, -1, PROD, -2**63),
-])
+@pytest.mark.parametrize(
+    "code, x, y, op, expected",
+    [
+        (0, 127, 1, SUM, -128),
+        (1, 255, 1, SUM, 0),
+        (10, 300, 300, PROD, 90000 - 65536),
+        (11, 65535, 65535, PROD, 1),  # 65535 * 65535 overflows a signed int: must not be UB
+        (2, 2**31 - 1, 2, PROD, -2),
+        (3, 2**32 - 1, 2, SUM, 1),
+        (4, -(2**63), -1, SUM, 2**63 - 1),
+        (5, 2**64 - 1, 2**64 - 1, PROD, 1),
+        (4, -(2**63), -1, PROD, -(2**63)),
+    ],
+)
 def test_integer_wraparound(mem, code, x, y, op, expected):
     a, b = np.full(37, x, NUMPY[code]), np.full(37, y, NUMPY[code])
     assert reduce_on(mem, code, op, a, b).tolist() == [expected] * 37
@@ -397,7 +454,7 @@ def test_scale_matches_reference(mem, code, layout):
 def test_scale_truncates_toward_zero(mem):
     src = np.array([-7, 7, -1, -128, 127, -6], np.int8)
     assert scale_on(mem, 0, 2, src).tolist() == [-3, 3, 0, -64, 63, -3]
-    big = np.array([-2**63, 2**63 - 1, -5, 5], np.int64)
+    big = np.array([-(2**63), 2**63 - 1, -5, 5], np.int64)
     assert scale_on(mem, 4, 3, big).tolist() == [-(2**63 // 3), (2**63 - 1) // 3, -1, 1]
     u = np.array([2**64 - 1, 7], np.uint64)
     assert scale_on(mem, 5, 2**63 - 1, u).tolist() == [2, 0]
@@ -451,13 +508,28 @@ def test_no_undefined_behaviour_at_integer_extremes(tmp_path):
         pytest.skip("no g++")
     lib = tmp_path / "libuc_ubsan.so"
     build = subprocess.run(
-        [cxx, "-std=c++17", "-O1", "-fsanitize=undefined", "-fno-sanitize-recover=all",
-         "-fPIC", "-shared", "-x", "c++", "-include", str(KDIR / "host_compat.h"),
-         str(KDIR / "reduce.cu"), "-o", str(lib)], capture_output=True, text=True)
+        [
+            cxx,
+            "-std=c++17",
+            "-O1",
+            "-fsanitize=undefined",
+            "-fno-sanitize-recover=all",
+            "-fPIC",
+            "-shared",
+            "-x",
+            "c++",
+            "-include",
+            str(KDIR / "host_compat.h"),
+            str(KDIR / "reduce.cu"),
+            "-o",
+            str(lib),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if build.returncode:
         pytest.skip(f"no UBSan here: {build.stderr.strip()[:200]}")
-    run = subprocess.run([sys.executable, "-c", _UBSAN_DRIVER, str(lib)], capture_output=True,
-                         text=True)
+    run = subprocess.run([sys.executable, "-c", _UBSAN_DRIVER, str(lib)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
 
@@ -467,8 +539,7 @@ def test_host_info(host_lib):
 
 def test_codes_match_uniccl():
     types = pytest.importorskip("uniccl._types")
-    assert {int(d): types.numpy_dtype(d) for d in types.DType} == {
-        c: np.dtype(t) for c, t in NUMPY.items()}
+    assert {int(d): types.numpy_dtype(d) for d in types.DType} == {c: np.dtype(t) for c, t in NUMPY.items()}
     assert [int(types.ReduceOp[n.upper()]) for n in OPS] == list(OPS.values())
 
 
@@ -497,12 +568,14 @@ def test_nvcc_builds_sm80_sm90_and_ptx(nvcc_lib):
         cuobjdump = shutil.which("cuobjdump")
     if not cuobjdump:
         return  # the build and its info line are all there is to check
-    listing = subprocess.run([str(cuobjdump), "--list-elf", "--list-ptx", lib],
-                             capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [str(cuobjdump), "--list-elf", "--list-ptx", lib], capture_output=True, text=True, check=True
+    ).stdout
     assert "sm_80.cubin" in listing and "sm_90.cubin" in listing and "sm_90.ptx" in listing
     # cudart_static brings cubins of its own: count our kernels in each
-    usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", lib],
-                           capture_output=True, text=True, check=True).stdout
+    usage = subprocess.run(
+        [str(cuobjdump), "--dump-resource-usage", lib], capture_output=True, text=True, check=True
+    ).stdout
     per_arch, arch = {}, None
     for line in usage.splitlines():
         m = re.match(r"arch = (sm_\d+)", line.strip())
@@ -511,8 +584,7 @@ def test_nvcc_builds_sm80_sm90_and_ptx(nvcc_lib):
             per_arch[arch] = per_arch.get(arch, 0) + 1
     # 12 dtypes x 4 ops, 12 scales, and 6 narrow integers' 64-bit-divisor scales
     assert per_arch == {"sm_80": 66, "sm_90": 66}, per_arch
-    ptx = subprocess.run([str(cuobjdump), "-ptx", lib], capture_output=True, text=True,
-                         check=True).stdout
+    ptx = subprocess.run([str(cuobjdump), "-ptx", lib], capture_output=True, text=True, check=True).stdout
     assert ".target sm_90" in ptx
     assert len(re.findall(r"\.entry \S*uc_map_kernel", ptx)) == 66
 

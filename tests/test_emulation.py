@@ -4,6 +4,7 @@ Everything goes through ctypes, as a plugin's binding layer would; no uniccl
 plugin is involved.  Multi-rank NCCL cases run this file as a worker script
 (``python test_emulation.py MODE RANK NRANKS IDHEX``), one process per rank.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -79,8 +80,7 @@ def _check(got, want, code, what):
         import ml_dtypes
 
         eps = float(ml_dtypes.finfo(_np_dtype(code)).eps)
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=eps, atol=0,
-                                   err_msg=what)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=eps, atol=0, err_msg=what)
 
 
 def _shm_name(uid):
@@ -210,13 +210,13 @@ def _coll_cases(r: _Rank, big: bool):
         xs = [_inputs(k, 19 * n, code, 7) for k in range(n)]
         s, d = r.dev(xs[me]), r.dev(nbytes=19 * xs[me].itemsize)
         r.run("ncclReduceScatter", nc.ncclReduceScatter(s, d, 19, code, op, r.comm, r.stream))
-        want = _reference(xs, op, code)[me * 19:(me + 1) * 19]
+        want = _reference(xs, op, code)[me * 19 : (me + 1) * 19]
         _check(r.host(d, 19, code), want, code, f"reducescatter {DTYPES[code]} op {op}")
         r.free()
     xs = [_inputs(k, 8 * n, 7, 8) for k in range(n)]
     b = r.dev(xs[me])
     r.run("ncclReduceScatter", nc.ncclReduceScatter(b, c_void_p(b.value + me * 8 * 4), 8, 7, SUM, r.comm, r.stream))
-    _check(r.host(b, 8, 7, offset=me * 8), _reference(xs, SUM, 7)[me * 8:(me + 1) * 8], 7, "reducescatter in place")
+    _check(r.host(b, 8, 7, offset=me * 8), _reference(xs, SUM, 7)[me * 8 : (me + 1) * 8], 7, "reducescatter in place")
     r.free()
     # count 0 is a no-op
     r.run("ncclAllReduce", nc.ncclAllReduce(None, None, 0, 7, SUM, r.comm, r.stream))
@@ -263,7 +263,7 @@ def _coll_cases(r: _Rank, big: bool):
     for k in reversed(range(n)):
         r.ck(nc.ncclRecv(c_void_p(d.value + k * 48), 12, 2, k, r.comm, r.stream))
     r.run("ncclGroupEnd", nc.ncclGroupEnd())
-    want = np.concatenate([xs[k][me * 12:(me + 1) * 12] for k in range(n)])
+    want = np.concatenate([xs[k][me * 12 : (me + 1) * 12] for k in range(n)])
     _check(r.host(d, 12 * n, 2), want, 2, "alltoall")
     _check(r.host(ar, 12 * n, 2), _reference(xs, MAX, 2), 2, "allreduce in group")
     r.free()
@@ -285,7 +285,7 @@ def _coll_cases(r: _Rank, big: bool):
         xs = [_inputs(k, 3000 * n, 2, 14) for k in range(n)]
         s, d = r.dev(xs[me]), r.dev(nbytes=3000 * 4)
         r.run("ncclReduceScatter", nc.ncclReduceScatter(s, d, 3000, 2, SUM, r.comm, r.stream))
-        _check(r.host(d, 3000, 2), _reference(xs, SUM, 2)[me * 3000:(me + 1) * 3000], 2, "big reducescatter")
+        _check(r.host(d, 3000, 2), _reference(xs, SUM, 2)[me * 3000 : (me + 1) * 3000], 2, "big reducescatter")
         r.free()
         xs = [_inputs(k, 3000, 8, 15) for k in range(n)]
         s, d = r.dev(xs[me]), r.dev(nbytes=3000 * 8 * n)
@@ -387,8 +387,13 @@ def _py(info, code, timeout=20, **env):
         f"cu = ctypes.CDLL({info['cudart']!r}); nc = ctypes.CDLL({info['nccl']!r}); declare(cu, nc)\n"
         "from ctypes import byref, c_int, c_void_p, c_size_t\n"
     )
-    r = subprocess.run([sys.executable, "-c", prelude + code], env=_emulation.env(info, **env),
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=_emulation.env(info, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -411,9 +416,16 @@ def _ranks(info, nranks, mode, launch=None, timeout=40, chunk=None, p2p=None, **
             else:
                 os.environ[k] = v
     e = _emulation.env(info, EMU_CUDART=info["cudart"], EMU_NCCL=info["nccl"], **env)
-    procs = [subprocess.Popen([sys.executable, str(HERE), mode, str(k), str(nranks), bytes(uid).hex()],
-                              env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k in (range(nranks) if launch is None else launch)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE), mode, str(k), str(nranks), bytes(uid).hex()],
+            env=e,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in (range(nranks) if launch is None else launch)
+    ]
     deadline = time.monotonic() + timeout
     outs = []
     try:
@@ -430,14 +442,23 @@ def _ranks(info, nranks, mode, launch=None, timeout=40, chunk=None, p2p=None, **
     return [json.loads(out.strip().splitlines()[-1]) if out.strip() else {} for _, out, _ in outs]
 
 
-
-
 # ============================================================ build, layout
 def test_build_layout_and_cache():
-    for kind, files in (("nvidia", ["cuda/lib64/libcudart.so.12", "cuda/lib64/libcudart.so",
-                                    "nccl/lib/libnccl.so.2", "nccl/lib/libnccl.so"]),
-                        ("iluvatar", ["corex/lib64/libcudart.so.10.2", "corex/lib64/libcudart.so",
-                                      "corex/lib64/libnccl.so.2", "corex/lib64/libnccl.so"])):
+    for kind, files in (
+        (
+            "nvidia",
+            ["cuda/lib64/libcudart.so.12", "cuda/lib64/libcudart.so", "nccl/lib/libnccl.so.2", "nccl/lib/libnccl.so"],
+        ),
+        (
+            "iluvatar",
+            [
+                "corex/lib64/libcudart.so.10.2",
+                "corex/lib64/libcudart.so",
+                "corex/lib64/libnccl.so.2",
+                "corex/lib64/libnccl.so",
+            ],
+        ),
+    ):
         info = _emulation.require(kind)
         out = Path(info["out"])
         for f in files:
@@ -452,9 +473,13 @@ def test_build_layout_and_cache():
         _emulation.build("ascend")  # no such emulation
 
 
-@pytest.mark.parametrize("kind,rt,lib,home,device", [
-    ("metax", "mc", "maca/lib/libmcruntime.so", "MACA_PATH", "MetaX emulated device 1"),
-    ("moore", "musa", "musa/lib/libmusart.so", "MUSA_HOME", "Moore Threads emulated device 1")])
+@pytest.mark.parametrize(
+    "kind,rt,lib,home,device",
+    [
+        ("metax", "mc", "maca/lib/libmcruntime.so", "MACA_PATH", "MetaX emulated device 1"),
+        ("moore", "musa", "musa/lib/libmusart.so", "MUSA_HOME", "Moore Threads emulated device 1"),
+    ],
+)
 def test_renamed_vendor_builds(kind, rt, lib, home, device):
     """metax/moore: the same sources, every cuda*/nccl* export renamed to the vendor's prefixes
     (mccl* for both collective libraries); the names counted, injected and reported follow."""
@@ -531,18 +556,23 @@ def test_device_queries(emu):
 
 def test_environment(nv):
     info = nv.info
-    code = ("n = c_int(); rc = cu.cudaGetDeviceCount(byref(n)); p = c_void_p()\n"
-            "m = [cu.cudaMalloc(byref(p), s) for s in (1 << 20, 2 << 20)]\n"
-            "v = c_int(); cu.cudaDriverGetVersion(byref(v))\n"
-            "print(json.dumps({'rc': rc, 'n': n.value, 'malloc': m, 'driver': v.value}))")
+    code = (
+        "n = c_int(); rc = cu.cudaGetDeviceCount(byref(n)); p = c_void_p()\n"
+        "m = [cu.cudaMalloc(byref(p), s) for s in (1 << 20, 2 << 20)]\n"
+        "v = c_int(); cu.cudaDriverGetVersion(byref(v))\n"
+        "print(json.dumps({'rc': rc, 'n': n.value, 'malloc': m, 'driver': v.value}))"
+    )
     assert _py(info, code, UNICCL_EMU_DEVICES=0)["rc"] == NO_DEVICE
     r = _py(info, code, UNICCL_EMU_DEVICES=3, UNICCL_EMU_DEVICE_MEMORY="2M")
     assert (r["rc"], r["n"], r["malloc"]) == (OK, 3, [OK, NO_MEMORY])
     r = _py(info, code, UNICCL_EMU_DRIVER_VERSION=11080)
     assert (r["rc"], r["driver"]) == (INSUFFICIENT_DRIVER, 11080)
-    r = _py(info, "p = c_void_p(); print(json.dumps([cu.cudaMalloc(byref(p), 8) for _ in range(4)]"
-                  " + [nc.uniccl_emu_calls(b'cudaMalloc')]))",
-            UNICCL_EMU_FAIL="cudaMalloc=2@1:2;ncclGetVersion=3")
+    r = _py(
+        info,
+        "p = c_void_p(); print(json.dumps([cu.cudaMalloc(byref(p), 8) for _ in range(4)]"
+        " + [nc.uniccl_emu_calls(b'cudaMalloc')]))",
+        UNICCL_EMU_FAIL="cudaMalloc=2@1:2;ncclGetVersion=3",
+    )
     assert r == [OK, NO_MEMORY, NO_MEMORY, OK, 4]
 
 
@@ -851,8 +881,14 @@ def test_nccl_single_rank_and_arguments(emu):
 def test_nccl_collectives(nv, nranks):
     # 3 ranks: small slots and rings so every large call is chunked and wraps around
     big = nranks == 3
-    outs = _ranks(nv.info, nranks, "coll-big" if big else "coll", timeout=60,
-                  chunk=4096 if big else None, p2p=4096 if big else None)
+    outs = _ranks(
+        nv.info,
+        nranks,
+        "coll-big" if big else "coll",
+        timeout=60,
+        chunk=4096 if big else None,
+        p2p=4096 if big else None,
+    )
     assert [o["rank"] for o in outs] == list(range(nranks))
 
 
@@ -888,4 +924,3 @@ def test_nccl_init_timeout():
     out = _ranks(info, 2, "init-timeout", launch=[0], timeout=30, UNICCL_EMU_TIMEOUT=1)[0]
     assert out["rc"] == nSYSTEM and 0.9 <= out["elapsed"] < 5
     assert not _shm_exists(out["shm"])  # the segment of the failed id is gone
-

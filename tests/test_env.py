@@ -6,6 +6,7 @@ users is in the README); a bad value of each typed one makes a real ``uniccl.ini
 1/0/true/false/yes/no/on/off; sizes take K/M/G as ``uniccl bench -b`` does (one parser); a side
 channel that cannot be served is a warning on stderr when the communicator is made.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,9 @@ def _clean_env(**extra) -> dict:
 
 
 def run_py(code: str, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env=_clean_env(**env))
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=_clean_env(**env)
+    )
 
 
 # ------------------------------------------------------------------ the two tables agree
@@ -82,15 +84,27 @@ def test_entries_are_well_formed():
         assert v.meaning and "\n" not in v.meaning, name
         assert (v.kind == "enum") == bool(v.choices), name
         if v.default is not None:  # a default is a value of the variable's own kind
-            kind_of = {"bool": bool, "int": int, "float": float, "size": int, "port": int, "str": str,
-                       "enum": str, "path": str, "list": list}
+            kind_of = {
+                "bool": bool,
+                "int": int,
+                "float": float,
+                "size": int,
+                "port": int,
+                "str": str,
+                "enum": str,
+                "path": str,
+                "list": list,
+            }
             assert isinstance(v.default, kind_of[v.kind]), (name, v.default)
         if v.choices and v.default is not None:
             assert v.default in v.choices, name
 
 
-@pytest.mark.parametrize("names,meaning", [r for r in readme_rows() if len(r[0]) == 1 and "default " in r[1]],
-                         ids=lambda x: x[0] if isinstance(x, list) else "")
+@pytest.mark.parametrize(
+    "names,meaning",
+    [r for r in readme_rows() if len(r[0]) == 1 and "default " in r[1]],
+    ids=lambda x: x[0] if isinstance(x, list) else "",
+)
 def test_readme_defaults_are_the_tables(names, meaning):
     """A default the README states ("default 524288", "default 64M") is the table's."""
     m = re.search(r"default (\d+[KMG]?)\b", meaning)
@@ -117,9 +131,16 @@ def test_module_defaults_are_the_tables():
 # ------------------------------------------------------------------ bad values, through real use
 #: a value each variable must refuse, by kind (path and list variables take any text)
 BAD_BY_KIND = {"bool": "disabled", "int": "lots", "float": "soon", "size": "12Q", "port": "http", "enum": "bogus"}
-BAD_BY_NAME = {"UNICCL_PLUGINS": "nccl", "UNICCL_ALGO": "all_reduce", "UNICCL_FAULT_INJECT": "explode=1",
-               "UNICCL_RENDEZVOUS": "no-port-here", "UNICCL_JOB_SECRET": "not hex",
-               "UNICCL_METRICS_PORT": "70000", "UNICCL_SHM_SLOT_BYTES": "1000", "UNICCL_TCP_RETAIN_BYTES": "-1"}
+BAD_BY_NAME = {
+    "UNICCL_PLUGINS": "nccl",
+    "UNICCL_ALGO": "all_reduce",
+    "UNICCL_FAULT_INJECT": "explode=1",
+    "UNICCL_RENDEZVOUS": "no-port-here",
+    "UNICCL_JOB_SECRET": "not hex",
+    "UNICCL_METRICS_PORT": "70000",
+    "UNICCL_SHM_SLOT_BYTES": "1000",
+    "UNICCL_TCP_RETAIN_BYTES": "-1",
+}
 
 
 def bad_value(name: str) -> str | None:
@@ -179,8 +200,7 @@ def test_getters_check_the_kind():
 
 # ------------------------------------------------------------------ booleans
 BOOLS = [n for n, v in _env.VARS.items() if v.kind == "bool"]
-SPELLINGS = {"1": True, "0": False, "true": True, "false": False, "yes": True, "no": False, "on": True,
-             "off": False}
+SPELLINGS = {"1": True, "0": False, "true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
 @pytest.mark.parametrize("name", BOOLS)
@@ -202,14 +222,20 @@ def test_shm_checksum_disabled_is_refused_not_on():
 
 
 def _shm_job(**env) -> subprocess.CompletedProcess:
-    code = ("import uniccl, numpy as np; c = uniccl.init(); x = np.ones(1 << 16); c.all_reduce(x); "
-            "print('ENGINE', c.rank, c._tuner.transport, c._engine.integrity['shm_checksums'], x[0])")
-    return subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "2", sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=120, env=_clean_env(**env))
+    code = (
+        "import uniccl, numpy as np; c = uniccl.init(); x = np.ones(1 << 16); c.all_reduce(x); "
+        "print('ENGINE', c.rank, c._tuner.transport, c._engine.integrity['shm_checksums'], x[0])"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "2", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_env(**env),
+    )
 
 
-@pytest.mark.parametrize("spelled,on", [("yes", True), ("ON", True), ("off", False), ("No", False),
-                                        ("disabled", None)])
+@pytest.mark.parametrize("spelled,on", [("yes", True), ("ON", True), ("off", False), ("No", False), ("disabled", None)])
 def test_shm_checksum_spellings_in_a_real_job(spelled, on):
     """Two ranks on the shared-memory engine: checksums on or off as spelled; "disabled" fails
     on every rank (it used to turn them on)."""
@@ -229,8 +255,16 @@ def test_sizes_take_k_m_g_like_bench():
     from uniccl.tools import bench as _bench
 
     assert _bench.parse_size is _env.parse_size  # one parser
-    for text, n in (("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("2KB", 2048), ("4KiB", 4096),
-                    (" 16 k ", 16384), ("3m", 3 << 20)):
+    for text, n in (
+        ("8", 8),
+        ("1K", 1024),
+        ("64M", 64 << 20),
+        ("1G", 1 << 30),
+        ("2KB", 2048),
+        ("4KiB", 4096),
+        (" 16 k ", 16384),
+        ("3m", 3 << 20),
+    ):
         assert _env.parse_size(text) == n, text
     for text in ("1.5M", "-1", "1X", "K", "", "0x1000", "1 M B"):
         with pytest.raises(ValueError):
@@ -268,8 +302,9 @@ def test_calls_do_not_read_the_environment(monkeypatch):
     from uniccl.bootstrap.rendezvous import get_unique_id
     from uniccl.transport.tcp import Mesh, TCPTransport, derive_context
 
-    comm = uniccl.Communicator._over(TCPTransport(Mesh(get_unique_id(30), 0, 1, 30), [0], derive_context(5, 0, 0)),
-                                     "cpu")
+    comm = uniccl.Communicator._over(
+        TCPTransport(Mesh(get_unique_id(30), 0, 1, 30), [0], derive_context(5, 0, 0)), "cpu"
+    )
     reads = []
     real_get = os.environ.get
     monkeypatch.setattr(os.environ, "get", lambda *a: reads.append(a[0]) or real_get(*a), raising=False)
@@ -302,8 +337,10 @@ def test_metrics_port_free_is_served_without_a_warning():
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    code = ("import uniccl, urllib.request; c = uniccl.init(); "
-            f"print('made', c.size, len(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read()) > 0)")
+    code = (
+        "import uniccl, urllib.request; c = uniccl.init(); "
+        f"print('made', c.size, len(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read()) > 0)"
+    )
     res = run_py(code, UNICCL_METRICS_PORT=str(port))
     assert res.returncode == 0 and "made 1 True" in res.stdout, res.stderr[-1500:]
     assert "WARNING" not in res.stderr, res.stderr
@@ -326,8 +363,13 @@ def read_only_dir(tmp_path):
     """A directory that even root cannot write: a read-only tmpfs (skip where mounting is not allowed)."""
     where = tmp_path / "ro"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a read-only tmpfs here")
     yield where
     subprocess.run(["umount", str(where)], capture_output=True)
@@ -335,9 +377,11 @@ def read_only_dir(tmp_path):
 
 @pytest.mark.parametrize("name", ["UNICCL_TRACE", "UNICCL_DUMP_DIR", "UNICCL_STATUS_DIR"])
 def test_unwritable_directory_under_a_file_is_a_warning_at_startup(name):
-    res = run_py("import sys, uniccl; c = uniccl.init(); print('made', c.size); sys.stdout.flush(); "
-                 "import os; os._exit(0)",  # (what happens at exit is the trace's own business)
-                 **{name: "/etc/passwd/x"})
+    res = run_py(
+        "import sys, uniccl; c = uniccl.init(); print('made', c.size); sys.stdout.flush(); "
+        "import os; os._exit(0)",  # (what happens at exit is the trace's own business)
+        **{name: "/etc/passwd/x"},
+    )
     assert res.returncode == 0 and "made 1" in res.stdout, res.stderr[-1500:]
     warning = [line for line in res.stderr.splitlines() if "WARNING" in line and name in line]
     assert warning and "/etc/passwd/x" in warning[0] and "cannot be written" in warning[0], res.stderr
@@ -346,8 +390,10 @@ def test_unwritable_directory_under_a_file_is_a_warning_at_startup(name):
 @pytest.mark.parametrize("name", ["UNICCL_TRACE", "UNICCL_DUMP_DIR"])
 def test_read_only_directory_is_a_warning_at_startup(name, read_only_dir):
     for target in (read_only_dir, read_only_dir / "sub"):
-        res = run_py("import os, uniccl; c = uniccl.init(); print('made', c.size, flush=True); os._exit(0)",
-                     **{name: str(target)})
+        res = run_py(
+            "import os, uniccl; c = uniccl.init(); print('made', c.size, flush=True); os._exit(0)",
+            **{name: str(target)},
+        )
         assert res.returncode == 0 and "made 1" in res.stdout, res.stderr[-1500:]
         assert f"{name}='{target}' cannot be written" in res.stderr, res.stderr
 

@@ -1,4 +1,5 @@
 """Errors are typed, carry their context, and survive pickling (rank to rank)."""
+
 import pickle
 
 import pytest
@@ -6,11 +7,27 @@ import pytest
 import uniccl
 
 
-@pytest.mark.parametrize("cls", [uniccl.InvalidArgument, uniccl.InvalidUsage, uniccl.PlatformUnavailable,
-                                 uniccl.RemoteError, uniccl.Timeout, uniccl.InternalError, uniccl.VendorError])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        uniccl.InvalidArgument,
+        uniccl.InvalidUsage,
+        uniccl.PlatformUnavailable,
+        uniccl.RemoteError,
+        uniccl.Timeout,
+        uniccl.InternalError,
+        uniccl.VendorError,
+    ],
+)
 def test_pickle_round_trip(cls):
-    err = cls("too small: holds 3 elements, needs 4", op="all_reduce", rank=2, argument="recvbuf",
-              code=700, status_name="cudaErrorIllegalAddress")
+    err = cls(
+        "too small: holds 3 elements, needs 4",
+        op="all_reduce",
+        rank=2,
+        argument="recvbuf",
+        code=700,
+        status_name="cudaErrorIllegalAddress",
+    )
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is cls
     assert str(back) == str(err)
@@ -29,8 +46,16 @@ def test_python_base_classes():
     assert issubclass(uniccl.Timeout, TimeoutError)
 
 
-PUBLIC = [uniccl.UnicclError, uniccl.InvalidArgument, uniccl.InvalidUsage, uniccl.PlatformUnavailable,
-          uniccl.RemoteError, uniccl.Timeout, uniccl.InternalError, uniccl.VendorError]
+PUBLIC = [
+    uniccl.UnicclError,
+    uniccl.InvalidArgument,
+    uniccl.InvalidUsage,
+    uniccl.PlatformUnavailable,
+    uniccl.RemoteError,
+    uniccl.Timeout,
+    uniccl.InternalError,
+    uniccl.VendorError,
+]
 
 
 @pytest.mark.parametrize("cls", PUBLIC)
@@ -51,18 +76,33 @@ def test_uncaught_error_prints_the_public_name_and_unpickles_elsewhere():
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-c", "import uniccl\n"
-                          "raise uniccl.RemoteError('rank 1 failed', op='broadcast', rank=0, remote_rank=1)"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import uniccl\nraise uniccl.RemoteError('rank 1 failed', op='broadcast', rank=0, remote_rank=1)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 1
     assert res.stderr.splitlines()[-1] == "uniccl.RemoteError: [broadcast, rank 0] rank 1 failed", res.stderr
     assert "_errors" not in res.stderr.splitlines()[-1]
     blob = pickle.dumps(uniccl.Timeout("no answer", op="all_reduce", rank=2, seq=7, timeout=1.5))
-    back = subprocess.run([sys.executable, "-c", "import pickle, sys\n"
-                           "e = pickle.loads(sys.stdin.buffer.read())\n"
-                           "print(type(e).__module__, type(e).__name__, e.seq, e.timeout, isinstance(e, TimeoutError))\n"
-                           "print(e)"],
-                          input=blob, capture_output=True, timeout=60)
+    back = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle, sys\n"
+            "e = pickle.loads(sys.stdin.buffer.read())\n"
+            "print(type(e).__module__, type(e).__name__, e.seq, e.timeout, isinstance(e, TimeoutError))\n"
+            "print(e)",
+        ],
+        input=blob,
+        capture_output=True,
+        timeout=60,
+    )
     assert back.returncode == 0, back.stderr
     assert back.stdout.decode().splitlines() == ["uniccl Timeout 7 1.5 True", "[all_reduce, rank 2] no answer"]
 

@@ -1,6 +1,7 @@
 """``uniccl examples``: every example passes on 1, 2 and 4 ranks under ``uniccl run``; a
 deliberately wrong example is a FAIL and a sleeping one a TIMEOUT that leaves nothing
 running; plus the pure helpers of ``uniccl.tools.examples``."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ ROW = re.compile(r"^(\S+\.py)\s+(\d+)\s+(PASS|FAIL|TIMEOUT)\s+(\d+\.\d+)$", re.M
 def run_examples(*args: str, timeout: float, env: dict | None = None) -> tuple[int, str, dict]:
     """``python -m uniccl examples ARGS``: (exit code, output, {example: (ranks, status)})."""
     cmd = [sys.executable, "-m", "uniccl", "examples", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, **(env or {})), start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -49,8 +56,9 @@ def test_every_example_passes(nranks, tmp_path):
     names = sorted(p.name for p in EXAMPLES.glob("*.py"))
     assert len(names) >= 12 and "train_linear.py" in names
     t0 = time.monotonic()
-    rc, out, rows = run_examples("-n", str(nranks), "-t", "60", "--dir", str(EXAMPLES),
-                                 "--log-dir", str(tmp_path), timeout=600)
+    rc, out, rows = run_examples(
+        "-n", str(nranks), "-t", "60", "--dir", str(EXAMPLES), "--log-dir", str(tmp_path), timeout=600
+    )
     assert rc == 0, out[-6000:]
     assert rows == {name: (nranks, "PASS") for name in names}, out[-6000:]
     assert list(rows) == names  # run and listed in name order
@@ -64,8 +72,9 @@ def test_every_example_passes(nranks, tmp_path):
 
 
 def test_wrong_result_is_fail(tmp_path):
-    rc, out, rows = run_examples("-n", "2", "-t", "60", "--dir", str(WRONG), "-e", "wrong_sum",
-                                 "--log-dir", str(tmp_path), timeout=180)
+    rc, out, rows = run_examples(
+        "-n", "2", "-t", "60", "--dir", str(WRONG), "-e", "wrong_sum", "--log-dir", str(tmp_path), timeout=180
+    )
     assert rc != 0, out
     assert rows == {"wrong_sum.py": (2, "FAIL")}, out
     assert "MISMATCH" in (log_dir(out) / "wrong_sum.log").read_text()
@@ -76,9 +85,20 @@ def test_sleeping_example_is_timeout_and_killed(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
     t0 = time.monotonic()
-    rc, out, rows = run_examples("-n", "2", "-t", "3", "--dir", str(WRONG), "-e", "sleeps",
-                                 "--log-dir", str(tmp_path), timeout=120,
-                                 env={"SLEEPS_PID_DIR": str(pids)})
+    rc, out, rows = run_examples(
+        "-n",
+        "2",
+        "-t",
+        "3",
+        "--dir",
+        str(WRONG),
+        "-e",
+        "sleeps",
+        "--log-dir",
+        str(tmp_path),
+        timeout=120,
+        env={"SLEEPS_PID_DIR": str(pids)},
+    )
     elapsed = time.monotonic() - t0
     assert rc != 0, out
     assert rows == {"sleeps.py": (2, "TIMEOUT")}, out
@@ -104,8 +124,18 @@ def test_missing_dir_and_no_match_are_errors(tmp_path):
 # ------------------------------------------------------------------ pure helpers
 def test_launch_argv():
     assert _examples.launch_argv(Path("/x/all_reduce.py"), 4, 30, "local") == [
-        sys.executable, "-m", "uniccl", "run", "-n", "4", "--timeout", "30", "--launcher", "local",
-        "/x/all_reduce.py"]
+        sys.executable,
+        "-m",
+        "uniccl",
+        "run",
+        "-n",
+        "4",
+        "--timeout",
+        "30",
+        "--launcher",
+        "local",
+        "/x/all_reduce.py",
+    ]
     assert _examples.launch_argv("a.py", 1, 2.5, "auto")[6:8] == ["--timeout", "2.5"]
 
 
@@ -116,8 +146,8 @@ def test_find_examples_filters(tmp_path):
     assert names() == ["a_gather.py", "b_all_reduce.py", "train.py"]
     assert names("reduce") == ["b_all_reduce.py"]
     assert names("gather", "train") == ["a_gather.py", "train.py"]
-    assert names("a_*") == ["a_gather.py"]             # glob on the name
-    assert names("t?ain") == ["train.py"]              # glob on the stem
+    assert names("a_*") == ["a_gather.py"]  # glob on the name
+    assert names("t?ain") == ["train.py"]  # glob on the stem
     assert names("*.py") == ["a_gather.py", "b_all_reduce.py", "train.py"]
     assert names("zzz") == []
 
@@ -130,23 +160,35 @@ def test_make_log_dir_is_timestamped_and_unique(tmp_path):
     assert second.name == "uniccl-examples-20250304-050607-2" and second.is_dir()
 
 
-@pytest.mark.parametrize("rc, elapsed, killed, status", [
-    (0, 1.0, False, "PASS"), (1, 1.0, False, "FAIL"), (-9, 1.0, False, "FAIL"),
-    (124, 1.0, False, "TIMEOUT"), (1, 10.0, False, "TIMEOUT"), (-15, 12.0, True, "TIMEOUT"),
-    (0, 10.5, False, "PASS"),
-])
+@pytest.mark.parametrize(
+    "rc, elapsed, killed, status",
+    [
+        (0, 1.0, False, "PASS"),
+        (1, 1.0, False, "FAIL"),
+        (-9, 1.0, False, "FAIL"),
+        (124, 1.0, False, "TIMEOUT"),
+        (1, 10.0, False, "TIMEOUT"),
+        (-15, 12.0, True, "TIMEOUT"),
+        (0, 10.5, False, "PASS"),
+    ],
+)
 def test_classify(rc, elapsed, killed, status):
     assert _examples.classify(rc, elapsed, 10.0, killed) == status
 
 
 def test_format_table():
-    table = _examples.format_table([
-        {"example": "all_reduce.py", "ranks": 4, "status": "PASS", "seconds": 0.5},
-        {"example": "train_linear.py", "ranks": 4, "status": "TIMEOUT", "seconds": 61.25}])
+    table = _examples.format_table(
+        [
+            {"example": "all_reduce.py", "ranks": 4, "status": "PASS", "seconds": 0.5},
+            {"example": "train_linear.py", "ranks": 4, "status": "TIMEOUT", "seconds": 61.25},
+        ]
+    )
     lines = table.splitlines()
     assert lines[0].split() == ["example", "ranks", "status", "seconds"]
     assert [ROW.match(line).groups() for line in lines[1:]] == [
-        ("all_reduce.py", "4", "PASS", "0.50"), ("train_linear.py", "4", "TIMEOUT", "61.25")]
+        ("all_reduce.py", "4", "PASS", "0.50"),
+        ("train_linear.py", "4", "TIMEOUT", "61.25"),
+    ]
 
 
 def test_default_dir(tmp_path, monkeypatch):

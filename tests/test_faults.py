@@ -1,6 +1,7 @@
 """Faults: timeouts that name the missing rank and the call on every rank, the flight
 recorder and ``uniccl doctor``, and ``abort()`` that never waits for anyone — over the
 shared-memory engine and over TCP (3 real processes under ``uniccl run``)."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,13 @@ FAULTS = str(WORKERS / "faults.py")
 
 def run(scenario, transport, tmp_path, timeout=60):
     env = dict(os.environ, UNICCL_TRANSPORT=transport, UNICCL_DUMP_DIR=str(tmp_path / "dumps"))
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", FAULTS, scenario],
-                         capture_output=True, text=True, timeout=timeout, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", FAULTS, scenario],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda r: r["rank"])
     assert len(rows) == 3, res.stdout[-3000:] + res.stderr[-3000:]
     return rows, res
@@ -45,16 +51,18 @@ def test_doctor_names_the_rank_that_skipped_and_the_operation(transport, tmp_pat
     assert [r.get("error") for r in rows] == ["Timeout", "Timeout", None]
     dumps = tmp_path / "dumps"
     assert sorted(os.listdir(dumps)) == ["uniccl-flight-world-r0.json", "uniccl-flight-world-r1.json"]
-    res = subprocess.run([sys.executable, "-m", "uniccl", "doctor", "--json", str(dumps)], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "doctor", "--json", str(dumps)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     (report,) = json.loads(res.stdout)
     div = report["divergence"]
     assert div["seq"] == 1 and div["absent"] == [2] and report["waited_for"] == [2], report
     assert div["calls"][0]["call"] == "all_reduce(float32, 1000)" and div["calls"][0]["ranks"] == [0, 1]
     assert div["calls"][0]["site"].endswith("(<module>)") and "faults.py:" in div["calls"][0]["site"]
-    text = subprocess.run([sys.executable, "-m", "uniccl", "doctor", str(dumps)], capture_output=True, text=True,
-                          timeout=60).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "uniccl", "doctor", str(dumps)], capture_output=True, text=True, timeout=60
+    ).stdout
     assert "rank 2 never started call #1 (the others waited for them)" in text, text
 
 
@@ -88,8 +96,11 @@ def test_flight_recorder_keeps_the_last_calls_with_their_source_lines(tmp_path, 
         comm.broadcast(x, root=0)
         comm.all_gather(x, np.zeros(8))
         snap = comm.flight_recorder()
-        assert [(o["seq"], o["op"], o["state"]) for o in snap["ops"]] == \
-            [(1, "all_reduce", "completed"), (2, "broadcast", "completed"), (3, "all_gather", "completed")]
+        assert [(o["seq"], o["op"], o["state"]) for o in snap["ops"]] == [
+            (1, "all_reduce", "completed"),
+            (2, "broadcast", "completed"),
+            (3, "all_gather", "completed"),
+        ]
         op = snap["ops"][1]
         assert op["dtype"] == "float64" and op["count"] == 8 and op["root"] == 0
         assert op["site"].startswith(__file__) and "test_flight_recorder" in op["site"]

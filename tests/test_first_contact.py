@@ -1,6 +1,7 @@
 """First contact, the way a new user starts a job: a real ``torchrun`` with backend "uniccl"
 (compared with the same job on gloo), and plain ``python`` processes joining one unique id.
 Neither sets any UNICCL_* variable: the environment is scrubbed of them."""
+
 import json
 import os
 import subprocess
@@ -22,8 +23,9 @@ def user_env() -> dict:
 
 def run(cmd, timeout=300):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=user_env(), cwd=ROOT)
-    assert res.returncode == 0, f"{' '.join(map(str, cmd))} exited {res.returncode}:\n" \
-                                f"{res.stdout[-3000:]}\n{res.stderr[-4000:]}"
+    assert res.returncode == 0, (
+        f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-4000:]}"
+    )
     return res
 
 
@@ -33,8 +35,19 @@ def test_torchrun_ddp_on_uniccl_ends_where_gloo_does(n, tmp_path):
     torchrun = BIN / "torchrun"
     assert torchrun.exists(), "torch's torchrun is not next to this interpreter"
     for backend in ("gloo", "uniccl"):
-        res = run([str(torchrun), "--standalone", "--nproc-per-node", str(n), "examples/torch/ddp.py",
-                   "--backend", backend, "--out", str(tmp_path / backend)])
+        res = run(
+            [
+                str(torchrun),
+                "--standalone",
+                "--nproc-per-node",
+                str(n),
+                "examples/torch/ddp.py",
+                "--backend",
+                backend,
+                "--out",
+                str(tmp_path / backend),
+            ]
+        )
         for r in range(n):
             assert f"rank {r}/{n} backend {backend}: 20 steps" in res.stdout, res.stdout
     gloo = torch.load(tmp_path / "gloo-0.pt")
@@ -54,10 +67,24 @@ def test_plain_processes_join_one_unique_id(n, timeout, tmp_path):
     """timeout=0 is no limit (it failed at once in the set-up's waits)."""
     uid_file = tmp_path / "uid"
     extra = [] if timeout is None else [str(timeout)]
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "uid_plain.py"), str(r), str(n), str(uid_file),
-                               str(tmp_path / f"out-{r}.json"), *extra], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=user_env())
-             for r in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKERS / "uid_plain.py"),
+                str(r),
+                str(n),
+                str(uid_file),
+                str(tmp_path / f"out-{r}.json"),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=user_env(),
+        )
+        for r in range(n)
+    ]
     try:
         outs = [p.communicate(timeout=180)[0] for p in procs]
     finally:
@@ -78,8 +105,16 @@ def test_plain_processes_join_one_unique_id(n, timeout, tmp_path):
 @pytest.mark.parametrize("n", rank_counts([2]))
 def test_uniccl_init_under_torchrun_is_torchruns_world(n, tmp_path):
     pytest.importorskip("torch")
-    run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(n), str(WORKERS / "torchrun_init.py"),
-         str(tmp_path / "out")])
+    run(
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc-per-node",
+            str(n),
+            str(WORKERS / "torchrun_init.py"),
+            str(tmp_path / "out"),
+        ]
+    )
     rows = [json.loads((tmp_path / f"out-{r}.json").read_text()) for r in range(n)]
     assert [r["rank"] for r in rows] == list(range(n)), rows
     for r in rows:

@@ -1,6 +1,7 @@
 """Everything a call does is seen: send/recv inside ``uniccl.group()`` are counted (stats,
 Prometheus, traces) and their flight-recorder entries end completed; ``uniccl top`` on a job
 that has finished says so, with every rank's final count."""
+
 import glob
 import json
 import os
@@ -15,8 +16,13 @@ GROUP = str(WORKERS / "group_seen.py")
 
 
 def uniccl_run(n, *argv, env=None, timeout=180):
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), *argv],
-                         capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return res
 
@@ -45,9 +51,13 @@ def test_group_send_recv_are_counted_traced_and_completed(transport, tmp_path):
     n, rounds = 3, 5
     port = _free_base(n)
     trace = tmp_path / "trace"
-    res = uniccl_run(n, GROUP, str(rounds), str(port),
-                     env={"UNICCL_TRANSPORT": transport, "UNICCL_METRICS_PORT": str(port),
-                          "UNICCL_TRACE": str(trace)})
+    res = uniccl_run(
+        n,
+        GROUP,
+        str(rounds),
+        str(port),
+        env={"UNICCL_TRANSPORT": transport, "UNICCL_METRICS_PORT": str(port), "UNICCL_TRACE": str(trace)},
+    )
     rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == list(range(n)), res.stdout
     for row in rows:
@@ -61,8 +71,11 @@ def test_group_send_recv_are_counted_traced_and_completed(transport, tmp_path):
     for r in range(n):  # the trace has a span per transfer
         doc = json.loads((trace / f"uniccl-trace-r{r}.json").read_text())
         events = doc["traceEvents"] if isinstance(doc, dict) else doc
-        names = [e.get("name") for e in events if e.get("ph") == "X" and e.get("cat", "calls") == "calls"
-                 or e.get("name") in ("send", "recv")]
+        names = [
+            e.get("name")
+            for e in events
+            if e.get("ph") == "X" and e.get("cat", "calls") == "calls" or e.get("name") in ("send", "recv")
+        ]
         assert names.count("send") == rounds and names.count("recv") == rounds, sorted(set(map(str, names)))
 
 
@@ -70,8 +83,9 @@ def test_top_shows_a_finished_job_as_finished(tmp_path):
     status = tmp_path / "status"
     uniccl_run(3, GROUP, "40", env={"UNICCL_STATUS_DIR": str(status)})
     assert len(glob.glob(str(status / "rank-*.json"))) == 3
-    res = subprocess.run([sys.executable, "-m", "uniccl", "top", str(status), "--once"], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "top", str(status), "--once"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "job finished: every rank exited" in out, out

@@ -2,6 +2,7 @@
 with retransmission of corrupted ones; on shared memory (UNICCL_SHM_CHECKSUM=1), checked
 regions copied again.  Injected bit flips and drops leave results bitwise equal to a clean
 run; data that stays corrupted is a typed error on every rank, not garbage or a hang."""
+
 import json
 import os
 import subprocess
@@ -30,8 +31,13 @@ def test_crc32c_known_values_and_continuation():
 
 def run(nbytes, inject, ranks=3):
     env = dict(os.environ, UNICCL_TRANSPORT="tcp", UNICCL_TEST_INJECT=inject)
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(ranks), WORKER,
-                          str(nbytes)], capture_output=True, text=True, timeout=240, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(ranks), WORKER, str(nbytes)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     rows = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     assert len(rows) == ranks, res.stdout[-3000:] + res.stderr[-3000:]
     return sorted(rows, key=lambda r: r["rank"])
@@ -73,8 +79,13 @@ SHM_WORKER = str(WORKERS / "integrity_shm.py")
 
 def run_shm(mode, ranks=3, **env):
     full = dict(os.environ, UNICCL_TRANSPORT="shm", **env)
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(ranks), SHM_WORKER, mode],
-                         capture_output=True, text=True, timeout=240, env=full)
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(ranks), SHM_WORKER, mode],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=full,
+    )
     rows = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     assert len(rows) == ranks, res.stdout[-3000:] + res.stderr[-3000:]
     return sorted(rows, key=lambda r: r["rank"])

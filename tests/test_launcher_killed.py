@@ -1,6 +1,7 @@
 """A launcher killed by SIGKILL (no cleanup of its own can run) leaves nothing running: its
 ranks die with it (PR_SET_PDEATHSIG), and so do the processes the ranks started (the
 reaper SIGKILLs the ranks' process groups).  Before, the ranks' children lived on."""
+
 import os
 import re
 import signal
@@ -12,9 +13,13 @@ from _launch import WORKERS, pid_alive
 
 
 def test_sigkill_to_the_launcher_ends_the_ranks_and_their_children():
-    launcher = subprocess.Popen([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "2",
-                                 str(WORKERS / "spawn_child.py")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "2", str(WORKERS / "spawn_child.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     pids = []
     try:
         deadline = time.monotonic() + 60

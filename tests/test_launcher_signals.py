@@ -13,6 +13,7 @@ subprocess, real signals sent to the launcher process only (``os.kill``), real r
 No test sets a ``UNICCL_*`` variable other than the user's ``UNICCL_TRACE``/``UNICCL_DUMP_DIR``.
 Waits are polls with generous deadlines (the machine is small and shared), never fixed sleeps.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ UNICCL = [sys.executable, "-m", "uniccl"]
 START_S = 180.0  # ranks starting and reaching their wait, on a loaded 2-core machine
 END_S = 120.0  # a stopped job's end, beyond its grace periods
 
-WORKER = r'''
+WORKER = r"""
 import ctypes, os, signal, sys, threading, time
 import numpy as np
 import uniccl
@@ -84,7 +85,7 @@ except KeyboardInterrupt:
     raise
 finally:
     mark("finally")
-'''
+"""
 
 
 class Launcher:
@@ -92,13 +93,21 @@ class Launcher:
 
     def __init__(self, args, out: Path, env: dict | None = None, cwd=None):
         self.out = out
-        self.proc = subprocess.Popen([*UNICCL, "run", *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=cwd,
-                                     env=dict(os.environ, **(env or {})))
+        self.proc = subprocess.Popen(
+            [*UNICCL, "run", *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            cwd=cwd,
+            env=dict(os.environ, **(env or {})),
+        )
         self.stdout: list[str] = []
         self.stderr: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(f, lines), daemon=True)
-                         for f, lines in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))]
+        self._readers = [
+            threading.Thread(target=self._read, args=(f, lines), daemon=True)
+            for f, lines in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))
+        ]
         for t in self._readers:
             t.start()
 
@@ -157,14 +166,20 @@ def _signal_state(pid: int) -> str:
     lines = []
     try:
         with open(f"/proc/{pid}/status") as f:
-            lines += [ln.strip() for ln in f if ln.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")]
+            lines += [
+                ln.strip()
+                for ln in f
+                if ln.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+            ]
         for t in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+
             def read(name):
                 try:
                     with open(f"/proc/{pid}/task/{t}/{name}") as f:
                         return f.read().strip()
                 except OSError:
                     return "?"
+
             state = [ln for ln in read("status").splitlines() if ln.startswith(("State", "SigPnd", "SigBlk"))]
             lines.append(f"thread {t} {read('comm')}: wchan {read('wchan')}; {'; '.join(state)}")
     except OSError as exc:
@@ -281,8 +296,20 @@ def test_ctrl_c_over_ssh_reaches_every_rank_on_every_node(netns_cluster, tmp_pat
     n = len(c.hosts)
     script, out = _worker(tmp_path)  # (the namespaces share this file system)
     fwd = ["-x", "PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
-    job = Launcher(["--hosts", ",".join(f"{h}:1" for h in c.hosts), *[f"--ssh-option={o}" for o in c.ssh_options],
-                    "--python", sys.executable, *fwd, script, "sleep", out], out)
+    job = Launcher(
+        [
+            "--hosts",
+            ",".join(f"{h}:1" for h in c.hosts),
+            *[f"--ssh-option={o}" for o in c.ssh_options],
+            "--python",
+            sys.executable,
+            *fwd,
+            script,
+            "sleep",
+            out,
+        ],
+        out,
+    )
     job.wait_ready(n)
     pids = _pids(out, n)  # (one PID namespace: the namespaces are network ones only)
     job.signal(signal.SIGINT)
@@ -305,8 +332,7 @@ def test_a_rank_killed_by_sigterm_writes_its_files_and_still_dies_of_sigterm(tmp
     inside a collective it could learn of rank 1's end, and fail, before the launcher's
     SIGTERM; a rank stopped inside one is the timeout test's.)"""
     script, out = _worker(tmp_path)
-    job = Launcher(["-n", 2, script, "stuck" if rank1 == "stuck in C" else "sleep", out], out,
-                   env=_files_env(tmp_path))
+    job = Launcher(["-n", 2, script, "stuck" if rank1 == "stuck in C" else "sleep", out], out, env=_files_env(tmp_path))
     job.wait_ready(2)
     pids = _pids(out, 2)
     os.kill(pids[1], signal.SIGTERM)
@@ -330,8 +356,14 @@ assert signal.getsignal(signal.SIGTERM) is mine
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(600)
 """)
-    res = subprocess.run([*UNICCL, "run", "-n", "1", "x.py"], capture_output=True, text=True, timeout=START_S,
-                         cwd=tmp_path, env=dict(os.environ, **_files_env(tmp_path)))
+    res = subprocess.run(
+        [*UNICCL, "run", "-n", "1", "x.py"],
+        capture_output=True,
+        text=True,
+        timeout=START_S,
+        cwd=tmp_path,
+        env=dict(os.environ, **_files_env(tmp_path)),
+    )
     assert res.returncode == 3 and "[0] my handler ran" in res.stdout, res.stdout + res.stderr
     # the program ended itself, through Python's exit: the files are written then, saying why
     flight = json.loads((tmp_path / "dumps" / "uniccl-flight-world-r0.json").read_text())
@@ -381,12 +413,20 @@ def test_python_by_bare_name_runs_the_launchers_interpreter(tmp_path):
     fake.chmod(0o755)
     (tmp_path / "x.py").write_text("import sys, uniccl\nprint('exe=' + sys.executable)\n")
     env = {"PATH": f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    res = subprocess.run([*UNICCL, "run", "-n", "2", "python", "x.py"], capture_output=True, text=True,
-                         timeout=START_S, cwd=tmp_path, env=dict(os.environ, **env))
+    res = subprocess.run(
+        [*UNICCL, "run", "-n", "2", "python", "x.py"],
+        capture_output=True,
+        text=True,
+        timeout=START_S,
+        cwd=tmp_path,
+        env=dict(os.environ, **env),
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert sorted(res.stdout.splitlines()) == [f"[{r}] exe={sys.executable}" for r in range(2)], res.stdout
-    assert f"uniccl run: 'python' runs as this launcher's interpreter {sys.executable}, not {fake} " \
-           f"(first on PATH)" in res.stderr, res.stderr
+    assert (
+        f"uniccl run: 'python' runs as this launcher's interpreter {sys.executable}, not {fake} "
+        f"(first on PATH)" in res.stderr
+    ), res.stderr
     assert "the wrong python" not in res.stderr
 
 
@@ -400,8 +440,13 @@ def test_torch_names_are_exported_and_x_overrides_them(tmp_path):
     (tmp_path / "probe.py").write_text(ENV_PROBE)
 
     def rows(*args):
-        res = subprocess.run([*UNICCL, "run", *args, "-n", "3", "probe.py"], capture_output=True, text=True,
-                             timeout=START_S, cwd=tmp_path)
+        res = subprocess.run(
+            [*UNICCL, "run", *args, "-n", "3", "probe.py"],
+            capture_output=True,
+            text=True,
+            timeout=START_S,
+            cwd=tmp_path,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         got = [json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines()]
         return sorted(got, key=lambda row: int(row["RANK"]))
@@ -409,8 +454,17 @@ def test_torch_names_are_exported_and_x_overrides_them(tmp_path):
     got = rows()
     port = got[0]["MASTER_PORT"]
     assert port and port.isdigit() and 0 < int(port) < 65536, got
-    assert got == [{"RANK": str(r), "WORLD_SIZE": "3", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "3",
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port} for r in range(3)]
+    assert got == [
+        {
+            "RANK": str(r),
+            "WORLD_SIZE": "3",
+            "LOCAL_RANK": str(r),
+            "LOCAL_WORLD_SIZE": "3",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
+        for r in range(3)
+    ]
     got = rows("-x", "MASTER_PORT=29533", "-x", "MASTER_ADDR=localhost")
     assert {(row["MASTER_ADDR"], row["MASTER_PORT"]) for row in got} == {("localhost", "29533")}, got
 
@@ -427,9 +481,12 @@ dist.destroy_process_group()
 def test_torch_init_process_group_env_default_works_under_uniccl_run(tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "x.py").write_text(TORCH_SCRIPT)
-    res = subprocess.run([*UNICCL, "run", "-n", "2", "x.py"], capture_output=True, text=True, timeout=START_S,
-                         cwd=tmp_path)
+    res = subprocess.run(
+        [*UNICCL, "run", "-n", "2", "x.py"], capture_output=True, text=True, timeout=START_S, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    rows = sorted((json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line),
-                  key=lambda row: row["rank"])
+    rows = sorted(
+        (json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line),
+        key=lambda row: row["rank"],
+    )
     assert rows == [{"rank": r, "size": 2, "sum": [3.0] * 4} for r in range(2)], res.stdout + res.stderr

@@ -3,6 +3,7 @@ JSON of the wrong shape, wrong proofs claiming real ranks, slow clients and a fl
 connections (tests/workers/rdv_attacker.py, run as uid nobody where the test is root) while
 a real job initialises -- through ``get_unique_id()`` with plain processes, and through
 ``uniccl run``.  The job must initialise and compute correctly, well within its timeout."""
+
 import json
 import os
 import shutil
@@ -30,8 +31,14 @@ class Attacker:
         if os.geteuid() == 0 and os.access("/usr/bin/python3", os.X_OK):
             kw, python = {"user": 65534, "group": 65534, "extra_groups": []}, "/usr/bin/python3"
         self.as_nobody = bool(kw)
-        self.proc = subprocess.Popen([python, str(ATTACKER), host, str(port), str(seconds), self.stop_file],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/", **kw)
+        self.proc = subprocess.Popen(
+            [python, str(ATTACKER), host, str(port), str(seconds), self.stop_file],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            **kw,
+        )
 
     def finish(self) -> dict:
         Path(self.stop_file).touch()
@@ -57,9 +64,14 @@ def test_unique_id_rendezvous_survives_a_hostile_local_user(tmp_path):
     outs = [tmp_path / f"out-{r}.json" for r in range(n)]
 
     def rank(r):
-        return subprocess.Popen([sys.executable, str(WORKERS / "uid_plain.py"), str(r), str(n), str(uid_file),
-                                 str(outs[r])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=user_env())
+        return subprocess.Popen(
+            [sys.executable, str(WORKERS / "uid_plain.py"), str(r), str(n), str(uid_file), str(outs[r])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=user_env(),
+        )
+
     procs = [rank(0)]  # makes the unique id and joins: its rendezvous is now up
     deadline = time.monotonic() + 60
     while not uid_file.exists():
@@ -88,8 +100,13 @@ def test_unique_id_rendezvous_survives_a_hostile_local_user(tmp_path):
 
 def test_uniccl_run_rendezvous_survives_a_hostile_local_user(tmp_path):
     go = tmp_path / "go"
-    job = subprocess.Popen([sys.executable, "-m", "uniccl", "run", "-n", "3", str(WORKERS / "wait_go.py"), str(go)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=user_env())
+    job = subprocess.Popen(
+        [sys.executable, "-m", "uniccl", "run", "-n", "3", str(WORKERS / "wait_go.py"), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=user_env(),
+    )
     addr = None
     lines = []
     deadline = time.monotonic() + 60
@@ -134,7 +151,7 @@ def listening(pid: int) -> list[str]:
             if f[3] == "0A" and f[9] in inodes:  # LISTEN
                 hexaddr, hexport = f[1].split(":")
                 if width == 8:
-                    host = ".".join(str(int(hexaddr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+                    host = ".".join(str(int(hexaddr[i : i + 2], 16)) for i in (6, 4, 2, 0))
                 else:
                     host = "::" if int(hexaddr, 16) == 0 else f"v6:{hexaddr}"
                 out.append(f"{host}:{int(hexport, 16)}")
@@ -144,9 +161,13 @@ def listening(pid: int) -> list[str]:
 def test_a_job_of_one_host_listens_on_loopback_only(tmp_path):
     """The launcher's rendezvous and every rank's mesh listener bind 127.0.0.1, not every interface."""
     go, late = tmp_path / "go", tmp_path / "late"
-    job = subprocess.Popen([sys.executable, "-m", "uniccl", "run", "-n", "3", str(WORKERS / "wait_go.py"), str(go),
-                            "1", str(late)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=dict(user_env(), UNICCL_TRANSPORT="tcp"))
+    job = subprocess.Popen(
+        [sys.executable, "-m", "uniccl", "run", "-n", "3", str(WORKERS / "wait_go.py"), str(go), "1", str(late)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(user_env(), UNICCL_TRANSPORT="tcp"),
+    )
     try:
         pids, lines = {}, []
         deadline = time.monotonic() + 60
@@ -208,8 +229,13 @@ def test_uniccl_run_refuses_a_planted_status_root_and_deletes_nothing(plant, tmp
             as_nobody("ln", "-s", str(theirs), str(shared / f"uniccl-{os.getuid()}"))
         else:
             as_nobody("mv", str(theirs), str(shared / f"uniccl-{os.getuid()}"))
-        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"], capture_output=True,
-                             text=True, timeout=60, env=dict(user_env(), TMPDIR=str(shared)))
+        res = subprocess.run(
+            [sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(user_env(), TMPDIR=str(shared)),
+        )
         assert res.returncode == 2, res.stdout + res.stderr
         assert "refusing to use it" in res.stderr and f"uniccl-{os.getuid()}" in res.stderr, res.stderr
         assert len(list(victim.iterdir())) == 25  # nothing of ours deleted
@@ -228,9 +254,13 @@ def test_status_files_are_never_written_through_a_planted_link(tmp_path):
         as_nobody("mkdir", "-m", "0777", str(status))
         for r in range(2):  # where a rank writes its status file, and the name it renames it to
             as_nobody("ln", "-s", str(precious), str(status / f"rank-{r}.json.tmp"))
-        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "2", str(WORKERS / "group_seen.py"), "3"],
-                             capture_output=True, text=True, timeout=120,
-                             env=dict(user_env(), UNICCL_STATUS_DIR=str(status)))
+        res = subprocess.run(
+            [sys.executable, "-m", "uniccl", "run", "-n", "2", str(WORKERS / "group_seen.py"), "3"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(user_env(), UNICCL_STATUS_DIR=str(status)),
+        )
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         assert precious.read_text() == "ours"
         for r in range(2):
@@ -242,12 +272,20 @@ def test_status_files_are_never_written_through_a_planted_link(tmp_path):
 
 
 def test_the_launchers_own_status_directories_are_private():
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"], capture_output=True,
-                         text=True, timeout=60, env=user_env())
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "-n", "1", "/bin/true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=user_env(),
+    )
     assert res.returncode == 0, res.stderr
     import uniccl.observability.status as st
 
     root = Path(st.jobs_root())
     for d in (root.parent, root, max(root.iterdir(), key=lambda p: p.stat().st_mtime)):
         info = d.lstat()
-        assert not d.is_symlink() and info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700, (d, oct(info.st_mode))
+        assert not d.is_symlink() and info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700, (
+            d,
+            oct(info.st_mode),
+        )

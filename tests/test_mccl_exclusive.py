@@ -1,6 +1,7 @@
 """MetaX's and Moore's collective libraries are both libmccl with mccl* symbols: once one
 plugin has loaded its MCCL in a process, the other's native collectives are unavailable
 with the reason, and it stages through host memory instead (tests/emulation kinds metax, moore)."""
+
 from importlib import metadata
 
 import _emulation
@@ -25,8 +26,10 @@ def test_conflict_rule(registry):
     _dl.note_ccl("mccl", "metax", "/opt/maca/lib/libmccl.so")
     _dl.note_ccl("mccl", "moore", "/usr/local/musa/lib/libmccl.so")  # the first loader stays recorded
     assert registry == {"mccl": ("metax", "/opt/maca/lib/libmccl.so")}
-    assert _dl.ccl_conflict("mccl", "moore", REASON) == \
-        "libmccl of metax already loaded in this process: MetaX and Moore MCCL share symbol names"
+    assert (
+        _dl.ccl_conflict("mccl", "moore", REASON)
+        == "libmccl of metax already loaded in this process: MetaX and Moore MCCL share symbol names"
+    )
     assert _dl.ccl_conflict("mccl", "metax", REASON) == ""  # its own library
     # NCCL-class libraries that are not exclusive (NVIDIA's and CoreX's libnccl) may share a process
     _dl.note_ccl("nccl", "nvidia", "/usr/local/cuda/lib64/libnccl.so.2")

@@ -1,6 +1,7 @@
 """One communicator over ranks on different platforms (cpu and emulated vendors): every
 collective matches numpy, no vendor library is used across vendors, and bad input on one
 rank is a typed error on every rank."""
+
 import json
 import os
 import subprocess
@@ -25,15 +26,36 @@ def mixed_env() -> dict:
 
 
 def run(platforms, script, *args, timeout=240):
-    cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-x", "UNICCL_DEBUG=INFO", "-n",
-           str(len(platforms)), "--platforms",
-           ",".join(platforms), "--timeout", str(timeout - 20), str(script), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uniccl",
+        "run",
+        "--no-prefix",
+        "-x",
+        "UNICCL_DEBUG=INFO",
+        "-n",
+        str(len(platforms)),
+        "--platforms",
+        ",".join(platforms),
+        "--timeout",
+        str(timeout - 20),
+        str(script),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **mixed_env()))
 
 
-@pytest.mark.parametrize("platforms", [("nvidia", "nvidia", "cpu", "iluvatar"), ("cpu", "iluvatar", "nvidia"),
-                                       ("metax", "cpu", "moore", "moore"), ("metax", "metax", "cpu", "cambricon"),
-                                       ("cambricon", "moore", "cpu", "cambricon")])
+@pytest.mark.parametrize(
+    "platforms",
+    [
+        ("nvidia", "nvidia", "cpu", "iluvatar"),
+        ("cpu", "iluvatar", "nvidia"),
+        ("metax", "cpu", "moore", "moore"),
+        ("metax", "metax", "cpu", "cambricon"),
+        ("cambricon", "moore", "cpu", "cambricon"),
+    ],
+)
 def test_every_collective_across_vendors(platforms):
     res = run(platforms, COLLECTIVES)
     rows = sorted((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")), key=lambda r: r["rank"])
@@ -61,10 +83,30 @@ def test_bad_input_on_one_rank_of_a_mixed_job(platforms):
 def test_info_all_ranks_shows_each_ranks_platform():
     platforms = ("nvidia", "cpu", "iluvatar")
     res = subprocess.run(
-        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", "--platforms", ",".join(platforms),
-         "--", sys.executable, "-m", "uniccl", "info", "--all-ranks", "--json"],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ, **mixed_env()))
+        [
+            sys.executable,
+            "-m",
+            "uniccl",
+            "run",
+            "--no-prefix",
+            "-n",
+            "3",
+            "--platforms",
+            ",".join(platforms),
+            "--",
+            sys.executable,
+            "-m",
+            "uniccl",
+            "info",
+            "--all-ranks",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, **mixed_env()),
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    rows = json.loads(res.stdout[res.stdout.index("["):])
+    rows = json.loads(res.stdout[res.stdout.index("[") :])
     assert [(r["rank"], r["platform"]) for r in rows] == list(enumerate(platforms))
     assert all(r["device_name"] for r in rows)

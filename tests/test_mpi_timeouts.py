@@ -1,6 +1,7 @@
 """MPI waits obey the timeout (MPI has no timed wait; uniccl polls against the deadline): with
 one rank stopped by a real SIGSTOP, every other rank's collective or recv over MPI raises
 uniccl.Timeout within timeout + 2 s, naming the stopped rank.  Before, they waited forever."""
+
 import json
 import os
 import signal
@@ -12,14 +13,21 @@ import pytest
 from _launch import WORKERS, mpiexec
 
 
-@pytest.mark.parametrize("op,nbytes", [("all_reduce", 8), ("all_reduce", 64 << 20), ("broadcast", 128 << 20),
-                                       ("all_gather", 16 << 20), ("recv", 8)])
+@pytest.mark.parametrize(
+    "op,nbytes",
+    [("all_reduce", 8), ("all_reduce", 64 << 20), ("broadcast", 128 << 20), ("all_gather", 16 << 20), ("recv", 8)],
+)
 def test_a_stopped_peer_is_a_timeout_naming_it_over_mpi(op, nbytes, tmp_path):
     n = 3
     out = tmp_path / "out"
-    proc = subprocess.Popen([*mpiexec(), "-n", str(n), sys.executable, str(WORKERS / "mpi_stopped_peer.py"), op,
-                             str(nbytes), str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, UNICCL_TRANSPORT="mpi"), start_new_session=True)
+    proc = subprocess.Popen(
+        [*mpiexec(), "-n", str(n), sys.executable, str(WORKERS / "mpi_stopped_peer.py"), op, str(nbytes), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, UNICCL_TRANSPORT="mpi"),
+        start_new_session=True,
+    )
     files = [tmp_path / f"out-{r}.json" for r in range(n)]
     stopped = None
     deadline = time.monotonic() + 90

@@ -1,5 +1,6 @@
 """``uniccl run`` across three real OpenSSH hosts (network namespaces, see _netns.py):
 a 6-rank job over TCP, an unreachable node, and a rank killed on one host."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,10 @@ def test_six_ranks_on_three_hosts(netns_cluster):  # noqa: F811
     c = netns_cluster
     res = run_on(c, ",".join(f"{h}:2" for h in c.hosts), MULTI)
     assert res.returncode == 0, res.stdout + res.stderr
-    rows = sorted((json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line),
-                  key=lambda r: r["rank"])
+    rows = sorted(
+        (json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line),
+        key=lambda r: r["rank"],
+    )
     assert [r["rank"] for r in rows] == list(range(6))
     assert all(r["all_reduce"] and r["all_gather"] and r["all_to_all"] for r in rows), rows
     assert len({r["host"] for r in rows}) == 3  # really three network hosts, two ranks each
@@ -82,17 +85,43 @@ def test_cluster_file_sync_build_and_run(netns_cluster, tmp_path):  # noqa: F811
     root = Path(__file__).resolve().parents[1]
     base_python = getattr(sys, "_base_executable", None) or sys.executable  # cp3XX like the wheels
     cfg = tmp_path / "cluster.yaml"
-    cfg.write_text(json.dumps({  # JSON is YAML
-        "defaults": {"python": base_python, "platform": "cpu", "ssh_options": c.ssh_options,
-                     "env": {"OMP_NUM_THREADS": "1"}},
-        "nodes": [{"host": c.hosts[0], "slots": 2, "workdir": str(tmp_path / "node a")},
-                  {"host": c.hosts[2], "slots": 2, "workdir": str(tmp_path / "node b")}]}))
-    cmd = [sys.executable, "-m", "uniccl", "run", "--cluster", str(cfg), "--sync", "--build", "--project", str(root),
-           "examples/all_reduce.py"]
+    cfg.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "defaults": {
+                    "python": base_python,
+                    "platform": "cpu",
+                    "ssh_options": c.ssh_options,
+                    "env": {"OMP_NUM_THREADS": "1"},
+                },
+                "nodes": [
+                    {"host": c.hosts[0], "slots": 2, "workdir": str(tmp_path / "node a")},
+                    {"host": c.hosts[2], "slots": 2, "workdir": str(tmp_path / "node b")},
+                ],
+            }
+        )
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "uniccl",
+        "run",
+        "--cluster",
+        str(cfg),
+        "--sync",
+        "--build",
+        "--project",
+        str(root),
+        "examples/all_reduce.py",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=280)  # no -x PYTHONPATH: nodes use their venvs
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
-    assert sorted(line.split()[0] for line in res.stdout.splitlines() if "OK" in line) == \
-        ["[0]", "[1]", "[2]", "[3]"], res.stdout
+    assert sorted(line.split()[0] for line in res.stdout.splitlines() if "OK" in line) == [
+        "[0]",
+        "[1]",
+        "[2]",
+        "[3]",
+    ], res.stdout
     for node in ("node a", "node b"):
         assert (tmp_path / node / "examples" / "all_reduce.py").exists()  # synced
         assert (tmp_path / node / ".uniccl-venv" / "bin" / "python").exists()  # built

@@ -3,6 +3,7 @@
 Fake plugins are installed as real entry points (a ``*.dist-info`` folder on
 PYTHONPATH) and examined in a fresh interpreter, exactly as a user's would be.
 """
+
 import json
 import os
 import subprocess
@@ -132,9 +133,14 @@ def test_every_failure_is_recorded_and_cpu_still_works(fake_path):
     assert plugins["broken"]["state"] == "failed"
     assert "libbroken.so.3" in plugins["broken"]["reason"]
     assert plugins["future"]["state"] == "rejected"
-    assert plugins["future"]["reason"] == "plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl"
+    assert (
+        plugins["future"]["reason"]
+        == "plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl"
+    )
     assert plugins["ancient"]["state"] == "rejected"
-    assert plugins["ancient"]["reason"].endswith("plugin API 0, this uniccl supports plugin API 1..2: upgrade the plugin")
+    assert plugins["ancient"]["reason"].endswith(
+        "plugin API 0, this uniccl supports plugin API 1..2: upgrade the plugin"
+    )
     assert plugins["garbled"]["state"] == "rejected"
     assert "api_version must be an int or a [lowest, highest] pair of ints, got '2'" in plugins["garbled"]["reason"]
     assert plugins["oldapi"]["state"] == "available" and plugins["oldapi"]["api_version"] == 1
@@ -151,13 +157,15 @@ def test_every_failure_is_recorded_and_cpu_still_works(fake_path):
 
 def test_info_cli_explains_states(fake_path):
     env = dict(os.environ, PYTHONPATH=fake_path)
-    out = subprocess.run([sys.executable, "-m", "uniccl", "info"], capture_output=True, text=True, env=env,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-m", "uniccl", "info"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "cpu" in out.stdout and "available" in out.stdout
     assert "unavailable: libabsent.so.1 not found" in out.stdout
     assert "chosen platform: cpu" in out.stdout
-    assert "rejected: plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl" in out.stdout
+    assert (
+        "rejected: plugin implements plugin API 3..4, this uniccl supports plugin API 1..2: upgrade uniccl"
+        in out.stdout
+    )
     assert "plugin API 1 through its adapter (its uniccl_transports hook is not called)" in out.stdout
     assert "MPI:" in out.stdout
 
@@ -169,8 +177,7 @@ def test_blocking_a_plugin(fake_path):
 
 
 def test_forced_platform_is_fatal_with_reasons(fake_path):
-    code = ("import uniccl\ntry:\n    uniccl.init()\nexcept uniccl.PlatformUnavailable as e:\n"
-            "    print('RAISED', e)\n")
+    code = "import uniccl\ntry:\n    uniccl.init()\nexcept uniccl.PlatformUnavailable as e:\n    print('RAISED', e)\n"
     res = run_py(code, fake_path, UNICCL_PLATFORM="absent")
     assert "RAISED" in res.stdout, res.stdout + res.stderr
     assert "libabsent.so.1 not found" in res.stdout
@@ -186,8 +193,7 @@ def test_forced_order_falls_through_to_next(fake_path):
 
 
 def test_blocking_every_platform_gives_clear_error():
-    code = ("import uniccl\ntry:\n    uniccl.init()\nexcept uniccl.PlatformUnavailable as e:\n"
-            "    print('RAISED', e)\n")
+    code = "import uniccl\ntry:\n    uniccl.init()\nexcept uniccl.PlatformUnavailable as e:\n    print('RAISED', e)\n"
     res = run_py(code, UNICCL_PLUGINS="^cpu")
     assert "RAISED" in res.stdout and "blocked" in res.stdout, res.stdout + res.stderr
 
@@ -229,10 +235,20 @@ def test_a_plugin_of_the_previous_api_runs_collectives_through_its_adapter(fake_
             print(json.dumps({"platform": comm.platform, "sum": x.tolist(), "bcast": y.tolist(),
                               "calls": fake_oldapi.calls}))
         """)
-    env = dict(os.environ, PYTHONPATH=fake_path + os.pathsep + os.environ.get("PYTHONPATH", ""), UNICCL_PLATFORM="oldapi")
+    env = dict(
+        os.environ, PYTHONPATH=fake_path + os.pathsep + os.environ.get("PYTHONPATH", ""), UNICCL_PLATFORM="oldapi"
+    )
     uid_file = str(tmp_path / "uid")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(r), uid_file], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(r), uid_file],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err

@@ -1,5 +1,6 @@
 """``uniccl run``: the local launcher (no MPI at all), the MPI launcher, failures,
 timeouts and signals; command lines of the mpi and slurm launchers."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,13 @@ def test_local_launcher_needs_no_mpi(n):
     rows = probes(res.stdout)
     assert [r["rank"] for r in rows] == list(range(n)) and all(r["ok"] for r in rows)
     for r in rows:
-        assert r["env"] == {"UNICCL_RANK": str(r["rank"]), "UNICCL_WORLD_SIZE": str(n),
-                            "UNICCL_LOCAL_RANK": str(r["rank"]), "UNICCL_LOCAL_SIZE": str(n), "UNICCL_NODE_RANK": "0"}
+        assert r["env"] == {
+            "UNICCL_RANK": str(r["rank"]),
+            "UNICCL_WORLD_SIZE": str(n),
+            "UNICCL_LOCAL_RANK": str(r["rank"]),
+            "UNICCL_LOCAL_SIZE": str(n),
+            "UNICCL_NODE_RANK": "0",
+        }
         assert r["mpi_loaded"] is False  # bootstrapped over TCP, data through shared memory
         assert r["p2p"] == "tcp" and r["transport"] == ("shm" if n > 1 else "local")
     for line in res.stdout.splitlines():
@@ -130,7 +136,7 @@ def test_mpi_command_lines():
     assert mpich[-6:] == ["-m", "uniccl._agent", "--rank-from-env", "--", "prog.py", "a b"]
     ompi = _run.mpi_command("/x/mpiexec", "openmpi", 2, ["prog"], {"K": "v"}, hostfile="hf")
     assert "--hostfile" in ompi and ompi[ompi.index("--hostfile") + 1] == "hf"
-    assert ["-x", "K=v"] == ompi[ompi.index("-x"):ompi.index("-x") + 2]
+    assert ["-x", "K=v"] == ompi[ompi.index("-x") : ompi.index("-x") + 2]
     assert ("--allow-run-as-root" in ompi) == (os.geteuid() == 0)
     assert "--oversubscribe" not in ompi  # hosts given: slots are respected
     assert "--oversubscribe" in _run.mpi_command("/x/mpiexec", "openmpi", 8, ["p"], {})
@@ -138,18 +144,42 @@ def test_mpi_command_lines():
     assert srun[:4] == ["srun", "-n", "8", "--kill-on-bad-exit=1"] and srun[-3:] == ["train.py", "--lr", "0.1"]
 
 
-@pytest.mark.parametrize("env,expect", [
-    ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
-     ("3", "4", "1", "2", "0")),
-    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_NODE_RANK": "1"}, ("5", "8", "1", "4", "1")),
-    ({"SLURM_PROCID": "6", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "3(x2),1",
-      "SLURM_NODEID": "2", "SLURM_NNODES": "3"}, ("6", "7", "0", "1", "2")),
-])
+@pytest.mark.parametrize(
+    "env,expect",
+    [
+        ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, ("3", "4", "1", "2", "0")),
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "5",
+                "OMPI_COMM_WORLD_SIZE": "8",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+                "OMPI_COMM_WORLD_NODE_RANK": "1",
+            },
+            ("5", "8", "1", "4", "1"),
+        ),
+        (
+            {
+                "SLURM_PROCID": "6",
+                "SLURM_NTASKS": "7",
+                "SLURM_LOCALID": "0",
+                "SLURM_TASKS_PER_NODE": "3(x2),1",
+                "SLURM_NODEID": "2",
+                "SLURM_NNODES": "3",
+            },
+            ("6", "7", "0", "1", "2"),
+        ),
+    ],
+)
 def test_rank_variables_from_other_launchers(env, expect):
     got = _agent.rank_env_from_launcher(env)
-    assert (got["UNICCL_RANK"], got["UNICCL_WORLD_SIZE"], got["UNICCL_LOCAL_RANK"], got["UNICCL_LOCAL_SIZE"],
-            got["UNICCL_NODE_RANK"]) == expect
+    assert (
+        got["UNICCL_RANK"],
+        got["UNICCL_WORLD_SIZE"],
+        got["UNICCL_LOCAL_RANK"],
+        got["UNICCL_LOCAL_SIZE"],
+        got["UNICCL_NODE_RANK"],
+    ) == expect
 
 
 def test_kill_9_under_the_mpi_launcher(tmp_path):

@@ -1,6 +1,7 @@
 """The shared-memory collective engine (uniccl.transport.shm._shm) on its own, in real processes:
 every collective against numpy at 2-4 ranks with single-copy reads and with slot
 copies; dead, slow and misbehaving peers; no segment left in /dev/shm."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def _has_host_kernel() -> bool:
 
 pytestmark = [
     pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm"),
-    pytest.mark.skipif(not _has_host_kernel(),
-                       reason="the installed cpu plugin lacks the uniccl_host_reduce_kernel hook"),
+    pytest.mark.skipif(
+        not _has_host_kernel(), reason="the installed cpu plugin lacks the uniccl_host_reduce_kernel hook"
+    ),
 ]
 
 
@@ -45,8 +47,14 @@ def prefix():
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, WORKER, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, WORKER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        start_new_session=True,
+    )
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -132,8 +140,11 @@ def test_timeout_names_missing_rank_then_engine_unusable(prefix):
     procs = [_spawn("timeout", name, str(r)) for r in range(2)]
     out0, out1 = _finish(procs, 30)
     # rank 0 gives up after its 1 s timeout, naming rank 1 and what it waited for
-    assert re.search(r"ERROR Timeout missing_ranks=\[1\] after 1\.\d+ s: .*rank 0 timed out after 1 s "
-                     r"waiting for rank 1 to post chunk 0 of this call", out0), out0
+    assert re.search(
+        r"ERROR Timeout missing_ranks=\[1\] after 1\.\d+ s: .*rank 0 timed out after 1 s "
+        r"waiting for rank 1 to post chunk 0 of this call",
+        out0,
+    ), out0
     # rank 1 arrives late and gets the same verdict: a timeout naming it
     assert re.search(r"ERROR Timeout missing_ranks=\[1\] .*rank 0 timed out after 1 s waiting for rank 1", out1), out1
     for out in (out0, out1):
@@ -185,8 +196,10 @@ def test_threads_in_one_process_and_fork_safety(prefix):
     e0, e1 = _two_ranks(f"{prefix}-fork")
     try:
         x0, x1 = np.arange(1000, dtype=np.float64), np.ones(1000)
-        _both(lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
-              lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0))
+        _both(
+            lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
+            lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0),
+        )
         assert np.array_equal(x0, np.arange(1000) + 1.0) and np.array_equal(x0, x1)
         assert e0.cma == e1.cma
         pid = os.fork()
@@ -208,8 +221,10 @@ def test_threads_in_one_process_and_fork_safety(prefix):
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0, status
         # the parent's engines still work: the child published nothing
-        _both(lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
-              lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0))
+        _both(
+            lambda: e0.all_reduce(x0.ctypes.data, x0.ctypes.data, 1000, 8, 0),
+            lambda: e1.all_reduce(x1.ctypes.data, x1.ctypes.data, 1000, 8, 0),
+        )
         assert np.array_equal(x0, (np.arange(1000) + 1.0) * 2)
     finally:
         e0.close()
@@ -221,11 +236,13 @@ def test_bad_construction_arguments():
     from uniccl.transport.shm._shm import ShmEngine
 
     name = f"/uniccl-test-{os.getpid()}-{secrets.token_hex(3)}-args"
-    for args, what in [(("noslash", 0, 1, True, 4096, 0, 0), "name"),
-                       ((name, 2, 2, True, 4096, 0, 0), "rank"),
-                       ((name, 0, 2, True, 1000, 0, 0), "slot_bytes"),
-                       ((name, 0, 2, True, 4096, 0, -1), "timeout"),
-                       ((name, -1, 2, True, 4096, 0, 0), "rank")]:
+    for args, what in [
+        (("noslash", 0, 1, True, 4096, 0, 0), "name"),
+        ((name, 2, 2, True, 4096, 0, 0), "rank"),
+        ((name, 0, 2, True, 1000, 0, 0), "slot_bytes"),
+        ((name, 0, 2, True, 4096, 0, -1), "timeout"),
+        ((name, -1, 2, True, 4096, 0, 0), "rank"),
+    ]:
         with pytest.raises(InvalidArgument, match=what):
             ShmEngine(*args)
     with pytest.raises(InternalError, match="No such file"):

@@ -4,6 +4,7 @@ The quoting tests run the remote command string that ssh would send through a re
 local shell (what the remote login shell does with it) and check that the program
 receives exactly the argv, environment and working directory asked for.
 """
+
 import json
 import os
 import shutil
@@ -18,13 +19,34 @@ from uniccl.launch import ssh as _ssh
 from uniccl.launch.cluster import Node, assign_ranks, load_cluster, parse_hostfile, parse_hosts
 from uniccl.launch.ssh import remote_command, ssh_argv
 
-HOSTILE = ["a b", "it's", 'say "hi"', "$(touch {canary})", "`touch {canary}`", "x; touch {canary}",
-           "line1\nline2", "-rf", "--", "", "back\\slash", "*", "~", "$HOME", "${PATH}", "a|b&c>d",
-           "ünï¢ødé", "'", '"', "\t"]
+HOSTILE = [
+    "a b",
+    "it's",
+    'say "hi"',
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "x; touch {canary}",
+    "line1\nline2",
+    "-rf",
+    "--",
+    "",
+    "back\\slash",
+    "*",
+    "~",
+    "$HOME",
+    "${PATH}",
+    "a|b&c>d",
+    "ünï¢ødé",
+    "'",
+    '"',
+    "\t",
+]
 
 # The fake program: reports what it received.
-REPORT = ("import sys, os, json; print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), "
-          "'env': {k: os.environ.get(k) for k in json.loads(sys.argv[1])}}))")
+REPORT = (
+    "import sys, os, json; print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), "
+    "'env': {k: os.environ.get(k) for k in json.loads(sys.argv[1])}}))"
+)
 
 
 def _shells():
@@ -32,8 +54,7 @@ def _shells():
 
 
 def _run_remote(cmd: str, shell: str, env: dict, cwd: str) -> dict:
-    res = subprocess.run([shell, "-c", cmd], capture_output=True, text=True, env=env, cwd=cwd,
-                         timeout=30)
+    res = subprocess.run([shell, "-c", cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=30)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -44,35 +65,45 @@ def test_remote_command_reproduces_argv_env_and_workdir(tmp_path, shell):
     args = [a.replace("{canary}", str(canary)) for a in HOSTILE]
     workdir = tmp_path / "w o'r\"k $(touch canary) ;`touch canary`\nd"
     workdir.mkdir()
-    env = {"UC_A": "a b", "UC_B": "$(touch %s)" % canary, "UC_C": "x'y\"z\n`w`", "UC_D": "",
-           "UC_E": "-e"}
+    env = {"UC_A": "a b", "UC_B": "$(touch %s)" % canary, "UC_C": "x'y\"z\n`w`", "UC_D": "", "UC_E": "-e"}
     keys = json.dumps(sorted(env) + ["PATH", "LD_LIBRARY_PATH"])
-    node = Node("h1", env={"UC_A": "overridden", "UC_F": "from node"}, workdir="/nonexistent",
-                path_prepend=["/opt/a b", "~/bin $(x)"], ld_library_path_prepend=["/l 'ib"])
-    argv = ssh_argv(node, [sys.executable, "-c", REPORT, keys, *args], env=env,
-                    workdir=str(workdir))
+    node = Node(
+        "h1",
+        env={"UC_A": "overridden", "UC_F": "from node"},
+        workdir="/nonexistent",
+        path_prepend=["/opt/a b", "~/bin $(x)"],
+        ld_library_path_prepend=["/l 'ib"],
+    )
+    argv = ssh_argv(node, [sys.executable, "-c", REPORT, keys, *args], env=env, workdir=str(workdir))
     assert argv[-2] == "--" and argv[-3] == "h1"
     base_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     got = _run_remote(argv[-1], shell, base_env, cwd=str(tmp_path))
     assert got["argv"] == [keys, *args]
     assert got["cwd"] == str(workdir)
-    assert got["env"] == {**env, "PATH": f"/opt/a b:{tmp_path}/bin $(x):{os.environ['PATH']}",
-                          "LD_LIBRARY_PATH": "/l 'ib"}   # no trailing ':' when it was unset
+    assert got["env"] == {
+        **env,
+        "PATH": f"/opt/a b:{tmp_path}/bin $(x):{os.environ['PATH']}",
+        "LD_LIBRARY_PATH": "/l 'ib",
+    }  # no trailing ':' when it was unset
     assert not canary.exists() and not (workdir / "canary").exists()
     # a remote LD_LIBRARY_PATH is kept after ours; the node's own env comes through
     keys = json.dumps(["LD_LIBRARY_PATH", "UC_F"])
     cmd = ssh_argv(node, [sys.executable, "-c", REPORT, keys], workdir="")[-1]
     got = _run_remote(cmd, shell, {**base_env, "LD_LIBRARY_PATH": "/old"}, cwd=str(tmp_path))
     assert got["env"] == {"LD_LIBRARY_PATH": "/l 'ib:/old", "UC_F": "from node"}
-    assert got["cwd"] == str(tmp_path)          # workdir="" means no cd
+    assert got["cwd"] == str(tmp_path)  # workdir="" means no cd
 
 
 def test_remote_command_home_relative_workdir(tmp_path):
     (tmp_path / "my proj").mkdir()
-    cmd = remote_command([sys.executable, "-c", "import os; print(os.getcwd())"],
-                         workdir="~/my proj")
-    res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30,
-                         env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+    cmd = remote_command([sys.executable, "-c", "import os; print(os.getcwd())"], workdir="~/my proj")
+    res = subprocess.run(
+        ["sh", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
+    )
     assert res.stdout.strip() == str(tmp_path / "my proj")
 
 
@@ -96,16 +127,35 @@ def test_remote_command_rejects_bad_env_names(key):
 
 
 def test_ssh_argv_layout():
-    node = Node("node-1.example", user="alice", port=2222,
-                ssh_options=["-i", "/k ey", "StrictHostKeyChecking=no", "-v"])
+    node = Node(
+        "node-1.example", user="alice", port=2222, ssh_options=["-i", "/k ey", "StrictHostKeyChecking=no", "-v"]
+    )
     argv = ssh_argv(node, ["true"], extra_options=["-o", "ConnectTimeout=9"])
-    assert argv == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=9", "-i", "/k ey",
-                    "-o", "StrictHostKeyChecking=no", "-v", "-o", "ConnectTimeout=5",
-                    "-p", "2222", "alice@node-1.example", "--", "exec true"]
+    assert argv == [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=9",
+        "-i",
+        "/k ey",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-v",
+        "-o",
+        "ConnectTimeout=5",
+        "-p",
+        "2222",
+        "alice@node-1.example",
+        "--",
+        "exec true",
+    ]
 
 
-@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/x", "a b", "h;id", "$(id)", "`id`",
-                                  "h\n", "h\t", "u@h", "", "h'", 'h"', "h/x", "-h"])
+@pytest.mark.parametrize(
+    "host",
+    ["-oProxyCommand=touch /tmp/x", "a b", "h;id", "$(id)", "`id`", "h\n", "h\t", "u@h", "", "h'", 'h"', "h/x", "-h"],
+)
 def test_hostile_host_names_are_rejected(host):
     with pytest.raises(InvalidArgument) as e:
         ssh_argv(Node(host), ["true"])
@@ -130,26 +180,33 @@ def test_rsync_gets_the_exact_ssh_words(tmp_path, monkeypatch):
     fake = tmp_path / "bin"
     fake.mkdir()
     record = tmp_path / "argv.json"
-    (fake / "ssh").write_text(textwrap.dedent(f"""\
+    (fake / "ssh").write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, sys
         json.dump(sys.argv[1:], open({str(record)!r}, "w"))
         sys.stderr.write("fake ssh: refused\\n")
         sys.exit(255)
-        """))
+        """)
+    )
     (fake / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     src = tmp_path / "src"
     src.mkdir()
-    node = Node("h1", user="bob", port=2022, workdir="/srv/my dir/it's",
-                ssh_options=["-i", "/keys/a b'c\"d", "-o", "ProxyJump=x y", "''"])
+    node = Node(
+        "h1",
+        user="bob",
+        port=2022,
+        workdir="/srv/my dir/it's",
+        ssh_options=["-i", "/keys/a b'c\"d", "-o", "ProxyJump=x y", "''"],
+    )
     seen = []
     failures = _ssh.sync([node], src, progress=lambda label, msg: seen.append((label, msg)))
     assert list(failures) == ["h1:2022"] and "fake ssh: refused" in failures["h1:2022"]
     words = json.loads(record.read_text())
     expected = _ssh._ssh_words(node)[1:]
-    assert words[:len(expected)] == expected
-    assert "h1" in words[len(expected):]
+    assert words[: len(expected)] == expected
+    assert "h1" in words[len(expected) :]
     assert seen[-1][0] is None and "0/1" in seen[-1][1]
 
 
@@ -161,16 +218,37 @@ def test_sync_refuses_to_mirror_into_home_or_top_folders(tmp_path, workdir):
 
 # node lists ---------------------------------------------------------------------------
 
+
 def test_parse_hosts():
     nodes = parse_hosts("h1:4,bob@h2.example:2, h3 ,[fe80::1%eth0]:3,fe80::2,10.0.0.1:1")
     assert [(n.host, n.user, n.slots) for n in nodes] == [
-        ("h1", None, 4), ("h2.example", "bob", 2), ("h3", None, 1), ("fe80::1%eth0", None, 3),
-        ("fe80::2", None, 1), ("10.0.0.1", None, 1)]
+        ("h1", None, 4),
+        ("h2.example", "bob", 2),
+        ("h3", None, 1),
+        ("fe80::1%eth0", None, 3),
+        ("fe80::2", None, 1),
+        ("10.0.0.1", None, 1),
+    ]
 
 
-@pytest.mark.parametrize("spec", ["", "h1:0", "h1:-1", "h1:x", "h1,,h2", "h1:4,h1:2", "h 1",
-                                  "h1:4:ib0", "-oProxyCommand=x:2", "[fe80::1", "[::1]x",
-                                  "@h1", "h1:"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "h1:0",
+        "h1:-1",
+        "h1:x",
+        "h1,,h2",
+        "h1:4,h1:2",
+        "h 1",
+        "h1:4:ib0",
+        "-oProxyCommand=x:2",
+        "[fe80::1",
+        "[::1]x",
+        "@h1",
+        "h1:",
+    ],
+)
 def test_parse_hosts_errors(spec):
     with pytest.raises(InvalidArgument) as e:
         parse_hosts(spec)
@@ -179,16 +257,27 @@ def test_parse_hosts_errors(spec):
 
 def test_parse_hostfile(tmp_path):
     f = tmp_path / "hosts"
-    f.write_text("# a cluster\n\nh1:4\nh2 slots=2 max_slots=8   # Open MPI\n"
-                 "  bob@h3\t# plain\nh4 slots=3\n")
+    f.write_text("# a cluster\n\nh1:4\nh2 slots=2 max_slots=8   # Open MPI\n  bob@h3\t# plain\nh4 slots=3\n")
     nodes = parse_hostfile(f)
     assert [(n.host, n.user, n.slots) for n in nodes] == [
-        ("h1", None, 4), ("h2", None, 2), ("h3", "bob", 1), ("h4", None, 3)]
+        ("h1", None, 4),
+        ("h2", None, 2),
+        ("h3", "bob", 1),
+        ("h4", None, 3),
+    ]
 
 
-@pytest.mark.parametrize("text, where", [("h1\nh2 slots=x\n", ":2:"), ("h1 foo=3\n", ":1:"),
-                                         ("h1\n\nh1:2\n", "twice"), ("# nothing\n", "no hosts"),
-                                         ("h1\n-oProxy\n", ":2:"), ("h1:2:ib0\n", ":1:")])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("h1\nh2 slots=x\n", ":2:"),
+        ("h1 foo=3\n", ":1:"),
+        ("h1\n\nh1:2\n", "twice"),
+        ("# nothing\n", "no hosts"),
+        ("h1\n-oProxy\n", ":2:"),
+        ("h1:2:ib0\n", ":1:"),
+    ],
+)
 def test_parse_hostfile_errors(tmp_path, text, where):
     f = tmp_path / "hosts"
     f.write_text(text)
@@ -229,7 +318,14 @@ def test_load_cluster(tmp_path):
     f.write_text(CLUSTER)
     h1, h2, h3 = load_cluster(f)
     assert (h1.host, h1.user, h1.port, h1.slots, h1.workdir, h1.python, h1.platform) == (
-        "h1", "alice", 2222, 4, "~/work", "/opt/py/bin/python3", None)
+        "h1",
+        "alice",
+        2222,
+        4,
+        "~/work",
+        "/opt/py/bin/python3",
+        None,
+    )
     assert h1.env == {"OMP_NUM_THREADS": "2", "MODE": "base", "FLAG": "1"}
     assert h1.path_prepend == ["/opt/base/bin"] and h1.ssh_options == ["StrictHostKeyChecking=no"]
     assert (h2.user, h2.platform, h2.slots) == ("bob", "metax", 2)
@@ -238,25 +334,28 @@ def test_load_cluster(tmp_path):
     assert (h3.host, h3.user, h3.slots) == ("h3", "alice", 2)
     h1.env["X"] = "1"
     h1.path_prepend.append("/x")
-    assert "X" not in h3.env and h3.path_prepend == ["/opt/base/bin"]   # no shared defaults
+    assert "X" not in h3.env and h3.path_prepend == ["/opt/base/bin"]  # no shared defaults
 
 
-@pytest.mark.parametrize("text, where", [
-    ("nodes:\n  - host: h1\n  - {host: h2, slot: 3}\n", "nodes[1]: unknown key(s) ['slot']"),
-    ("nodes:\n  - host: h1\n    port: 70000\n", "port out of range"),
-    ("nodes:\n  - host: h1\n    slots: 0\n", "nodes[0]: slots:"),
-    ("nodes:\n  - host: '-oProxyCommand=x'\n", "invalid host name"),
-    ("nodes:\n  - host: h1\n    env: [A]\n", "env: must be a mapping"),
-    ("nodes:\n  - host: h1\n    env: {'A B': 1}\n", "invalid variable name"),
-    ("nodes:\n  - {port: 22}\n", "needs a 'host'"),
-    ("nodes: []\n", "non-empty list"),
-    ("defaults: {user: 'a b'}\nnodes: [h1]\n", "defaults: user:"),
-    ("default: {}\nnodes: [h1]\n", "unknown top-level"),
-    ("nodes:\n  - host: h1\n   bad: [\n", "not valid YAML"),
-    ("nodes: [h1, h1]\n", "twice"),
-    ("nodes:\n  - {host: a@h1, user: b}\n", "not both"),
-    ("- h1\n", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("nodes:\n  - host: h1\n  - {host: h2, slot: 3}\n", "nodes[1]: unknown key(s) ['slot']"),
+        ("nodes:\n  - host: h1\n    port: 70000\n", "port out of range"),
+        ("nodes:\n  - host: h1\n    slots: 0\n", "nodes[0]: slots:"),
+        ("nodes:\n  - host: '-oProxyCommand=x'\n", "invalid host name"),
+        ("nodes:\n  - host: h1\n    env: [A]\n", "env: must be a mapping"),
+        ("nodes:\n  - host: h1\n    env: {'A B': 1}\n", "invalid variable name"),
+        ("nodes:\n  - {port: 22}\n", "needs a 'host'"),
+        ("nodes: []\n", "non-empty list"),
+        ("defaults: {user: 'a b'}\nnodes: [h1]\n", "defaults: user:"),
+        ("default: {}\nnodes: [h1]\n", "unknown top-level"),
+        ("nodes:\n  - host: h1\n   bad: [\n", "not valid YAML"),
+        ("nodes: [h1, h1]\n", "twice"),
+        ("nodes:\n  - {host: a@h1, user: b}\n", "not both"),
+        ("- h1\n", "expected a mapping"),
+    ],
+)
 def test_load_cluster_errors(tmp_path, text, where):
     f = tmp_path / "cluster.yaml"
     f.write_text(text)

@@ -1,4 +1,5 @@
 """No allocation per call in steady state: RSS stays flat over 10^4 collectives."""
+
 import re
 
 import pytest

@@ -13,6 +13,7 @@
   loopback interface), a rank that presents another certificate than the one it published is
   refused, a dead rank is still named, and without ``openssl`` the error says what is missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,11 +35,26 @@ class Job:
     """``uniccl run -n N`` of a worker, its output lines read as they come."""
 
     def __init__(self, n: int, script: str, *args, env: dict | None = None):
-        cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), sys.executable,
-               str(WORKERS / script), *map(str, args)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **TCP, **(env or {})),
-                                     start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "uniccl",
+            "run",
+            "--no-prefix",
+            "-n",
+            str(n),
+            sys.executable,
+            str(WORKERS / script),
+            *map(str, args),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **TCP, **(env or {})),
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._q: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -102,8 +118,9 @@ STOPPED_CASES = [  # (ranks, op, bytes, stopped rank)
 ]
 
 
-@pytest.mark.parametrize("n,op,nbytes,victim", STOPPED_CASES,
-                         ids=[f"{n}ranks-{op}-{b}B-stop{v}" for n, op, b, v in STOPPED_CASES])
+@pytest.mark.parametrize(
+    "n,op,nbytes,victim", STOPPED_CASES, ids=[f"{n}ranks-{op}-{b}B-stop{v}" for n, op, b, v in STOPPED_CASES]
+)
 def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(n, op, nbytes, victim, tmp_path):
     go, done = tmp_path / "go", tmp_path / "done"
     job = Job(n, "tcp_stopped.py", op, nbytes, LIMIT, go, done)

@@ -1,5 +1,6 @@
 """torch.distributed backend "uniccl": the collective API surface against gloo's results and a
 numpy reference, and a DDP run that ends where gloo's does (2 and 4 real processes)."""
+
 import json
 import os
 import socket
@@ -23,8 +24,26 @@ def _port() -> int:
 
 def run(mode, backend, n, out, **extra_env):
     env = dict(os.environ, PYTHONWARNINGS="ignore", **extra_env)
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), WORKER, mode, backend,
-                          str(_port()), str(out)], capture_output=True, text=True, timeout=240, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uniccl",
+            "run",
+            "--no-prefix",
+            "-n",
+            str(n),
+            WORKER,
+            mode,
+            backend,
+            str(_port()),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
@@ -51,26 +70,38 @@ def test_api_surface_matches_gloo_and_numpy(n, tmp_path):
         assert ours["all_reduce_MAX"] == np.max(alls, 0).tolist()
         assert ours["all_reduce_AVG"] == (np.sum(alls, 0) / n).tolist()
         # a float64 sum of terms 10^-4..10^4 apart: near numpy's, and (above) bitwise gloo's
-        terms = [json.loads((tmp_path / f"uniccl-{q}.json").read_text())["all_reduce_float_order"][0]
-                 for q in range(n)]
+        terms = [json.loads((tmp_path / f"uniccl-{q}.json").read_text())["all_reduce_float_order"][0] for q in range(n)]
         np.testing.assert_allclose(ours["all_reduce_float_order"][1], np.sum(terms, 0), rtol=1e-9, atol=1e-9)
-        assert ours["all_reduce_in_callback"] == [np.sum([vec(3, q) for q in range(n)], 0).tolist(),
-                                                  np.sum([vec(2, q) for q in range(n)], 0).tolist()]
+        assert ours["all_reduce_in_callback"] == [
+            np.sum([vec(3, q) for q in range(n)], 0).tolist(),
+            np.sum([vec(2, q) for q in range(n)], 0).tolist(),
+        ]
         if r == 0:  # returned while rank 1 still slept: pending, like gloo's
             assert ours["all_reduce_async_pending"][0] == [True, True]
-        assert ours["all_reduce_async_pending"][1:] == [np.sum([vec(3, q) for q in range(n)], 0).tolist(),
-                                                       np.sum([vec(2, q) for q in range(n)], 0).tolist()]
-        assert ours["all_reduce_noncontiguous"] == np.sum([vec(12, q).reshape(3, 4).T for q in range(n)],
-                                                          0).reshape(-1).tolist()
+        assert ours["all_reduce_async_pending"][1:] == [
+            np.sum([vec(3, q) for q in range(n)], 0).tolist(),
+            np.sum([vec(2, q) for q in range(n)], 0).tolist(),
+        ]
+        assert (
+            ours["all_reduce_noncontiguous"]
+            == np.sum([vec(12, q).reshape(3, 4).T for q in range(n)], 0).reshape(-1).tolist()
+        )
         assert ours["broadcast"] == vec(5, n - 1).tolist()
         assert ours["all_gather_into_tensor"] == np.concatenate([vec(3, q) for q in range(n)]).tolist()
-        assert ours["reduce_scatter_tensor"] == np.sum([vec(2 * n, q) for q in range(n)], 0)[2 * r:2 * r + 2].tolist()
-        expect = np.concatenate([vec(sum(q + 1 + j for j in range(n)), q)[sum(q + 1 + j for j in range(r)):][:q + 1 + r]
-                                 for q in range(n)])
+        assert ours["reduce_scatter_tensor"] == np.sum([vec(2 * n, q) for q in range(n)], 0)[2 * r : 2 * r + 2].tolist()
+        expect = np.concatenate(
+            [
+                vec(sum(q + 1 + j for j in range(n)), q)[sum(q + 1 + j for j in range(r)) :][: q + 1 + r]
+                for q in range(n)
+            ]
+        )
         assert ours["all_to_all_single_splits"] == expect.tolist()
         assert ours["send_recv_ring"] == vec(4, (r - 1) % n).tolist()
-        assert ours["all_reduce_async"][0] == ours["all_reduce_async"][1] == np.sum([vec(4, q) for q in range(n)],
-                                                                                   0).tolist()
+        assert (
+            ours["all_reduce_async"][0]
+            == ours["all_reduce_async"][1]
+            == np.sum([vec(4, q) for q in range(n)], 0).tolist()
+        )
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -78,9 +109,27 @@ def test_ddp_training_ends_where_gloo_does(n, tmp_path):
     """examples/torch/ddp.py under uniccl run (torch's env:// from the launcher's variables)."""
     example = Path(__file__).resolve().parents[1] / "examples" / "torch" / "ddp.py"
     for backend in ("gloo", "uniccl"):
-        res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), "python",
-                              str(example), "--backend", backend, "--out", str(tmp_path / backend)],
-                             capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "uniccl",
+                "run",
+                "--no-prefix",
+                "-n",
+                str(n),
+                "python",
+                str(example),
+                "--backend",
+                backend,
+                "--out",
+                str(tmp_path / backend),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        )
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     gloo = torch.load(tmp_path / "gloo-0.pt")
     mine0 = torch.load(tmp_path / "uniccl-0.pt")
@@ -109,6 +158,7 @@ def test_native_order_is_uniccls_own_and_bad_order_is_refused(tmp_path):
     np.testing.assert_allclose(native, gloo, rtol=1e-9, atol=1e-9)
     import uniccl
     from uniccl.torch import ProcessGroupUniccl
+
     with pytest.raises(uniccl.InvalidArgument, match="order"):
         ProcessGroupUniccl(None, 0, 1, order="fastest")
 
@@ -117,8 +167,10 @@ def test_native_order_is_uniccls_own_and_bad_order_is_refused(tmp_path):
 def test_autoload_only_when_asked(optin):
     """torch's "torch.backends" entry point registers "uniccl" with UNICCL_TORCH_AUTOLOAD=1, and
     leaves torch alone otherwise (no import of uniccl at all)."""
-    code = ("import sys, torch, torch.distributed as dist; "
-            "print('uniccl' in dist.Backend.backend_list, 'uniccl' in sys.modules)")
+    code = (
+        "import sys, torch, torch.distributed as dist; "
+        "print('uniccl' in dist.Backend.backend_list, 'uniccl' in sys.modules)"
+    )
     env = dict(os.environ, UNICCL_TORCH_AUTOLOAD=optin, PYTHONWARNINGS="ignore")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Transport and algorithm choice: defaults, the cost model, and the environment overrides."""
+
 import pytest
 
 import uniccl

@@ -6,8 +6,18 @@ from uniccl._types import DType, ReduceOp, dtype_from_name, numpy_dtype, op_from
 
 def test_values_match_nccl():
     # ncclDataType_t / ncclRedOp_t values: a vendor plugin passes them straight through
-    assert [DType.INT8, DType.UINT8, DType.INT32, DType.UINT32, DType.INT64, DType.UINT64,
-            DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.BFLOAT16] == list(range(10))
+    assert [
+        DType.INT8,
+        DType.UINT8,
+        DType.INT32,
+        DType.UINT32,
+        DType.INT64,
+        DType.UINT64,
+        DType.FLOAT16,
+        DType.FLOAT32,
+        DType.FLOAT64,
+        DType.BFLOAT16,
+    ] == list(range(10))
     assert [ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG] == list(range(5))
 
 

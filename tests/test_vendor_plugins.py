@@ -1,6 +1,7 @@
 """The nvidia, iluvatar, metax, moore and cambricon plugins as installed: they import anywhere, say exactly why they
 are unavailable without their SDK or device, never displace the cpu platform, and (where
 the build machine has nvcc) carry the shared CUDA kernels compiled for sm_80/sm_90."""
+
 import os
 import shutil
 from importlib import metadata
@@ -14,8 +15,18 @@ INSTALLED = {ep.name for ep in metadata.entry_points(group="uniccl.plugins")}
 
 
 def _record(name, monkeypatch, **env):
-    for key in ("CUDA_HOME", "CUDA_PATH", "NCCL_HOME", "COREX_HOME", "COREX_DIR", "MACA_PATH", "MUSA_HOME",
-                "NEUWARE_HOME", "UNICCL_PLATFORM", "UNICCL_PLUGINS"):
+    for key in (
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "NCCL_HOME",
+        "COREX_HOME",
+        "COREX_DIR",
+        "MACA_PATH",
+        "MUSA_HOME",
+        "NEUWARE_HOME",
+        "UNICCL_PLATFORM",
+        "UNICCL_PLUGINS",
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -35,13 +46,25 @@ def test_iluvatar_unavailable_says_where_it_looked(monkeypatch, tmp_path):
 # plugin, its home variable (set to an empty folder, or None: unset), the SDK's default place,
 # and the exact reason it must give
 WHERE_IT_LOOKED = [
-    ("metax", "MACA_PATH", "/opt/maca",
-     "libmcruntime.so not found (searched: $MACA_PATH/lib, $MACA_PATH/lib64, /opt/maca/lib, /opt/maca/lib64)"),
-    ("moore", None, "/usr/local/musa",
-     "libmusart.so not found (searched: $MUSA_HOME/lib (unset), $MUSA_HOME/lib64 (unset), /usr/local/musa/lib, "
-     "/usr/local/musa/lib64)"),
-    ("cambricon", "NEUWARE_HOME", "/usr/local/neuware",
-     "libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, /usr/local/neuware/lib64)"),
+    (
+        "metax",
+        "MACA_PATH",
+        "/opt/maca",
+        "libmcruntime.so not found (searched: $MACA_PATH/lib, $MACA_PATH/lib64, /opt/maca/lib, /opt/maca/lib64)",
+    ),
+    (
+        "moore",
+        None,
+        "/usr/local/musa",
+        "libmusart.so not found (searched: $MUSA_HOME/lib (unset), $MUSA_HOME/lib64 (unset), /usr/local/musa/lib, "
+        "/usr/local/musa/lib64)",
+    ),
+    (
+        "cambricon",
+        "NEUWARE_HOME",
+        "/usr/local/neuware",
+        "libcnrt.so not found (searched: $NEUWARE_HOME/lib64, $NEUWARE_HOME/lib, /usr/local/neuware/lib64)",
+    ),
 ]
 
 
@@ -63,11 +86,14 @@ def test_nvidia_unavailable_with_the_exact_reason(monkeypatch, tmp_path):
         pytest.skip("an NVIDIA GPU is usable here")
     assert rec.state == "unavailable"
     # either no runtime at all, or a runtime that finds no driver/device: both named precisely
-    assert (rec.reason.startswith("libcudart.so.12 not found (searched: $CUDA_HOME/lib64, ")
-            or rec.reason.startswith("no NVIDIA CUDA device: cudaGetDeviceCount returned cudaError")), rec.reason
+    assert rec.reason.startswith("libcudart.so.12 not found (searched: $CUDA_HOME/lib64, ") or rec.reason.startswith(
+        "no NVIDIA CUDA device: cudaGetDeviceCount returned cudaError"
+    ), rec.reason
 
 
-@pytest.mark.skipif(not {"nvidia", "iluvatar", "metax", "moore", "cambricon"} & INSTALLED, reason="no vendor plugin installed")
+@pytest.mark.skipif(
+    not {"nvidia", "iluvatar", "metax", "moore", "cambricon"} & INSTALLED, reason="no vendor plugin installed"
+)
 def test_cpu_stays_the_platform(monkeypatch):
     import uniccl
     from uniccl._plugins import reset_manager

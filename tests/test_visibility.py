@@ -1,5 +1,6 @@
 """Visibility: telemetry in comm.stats(), traces merged onto one timeline, Prometheus metrics
 scraped from a running job (real processes under ``uniccl run``)."""
+
 import glob
 import json
 import os
@@ -58,8 +59,9 @@ def test_traces_merge_onto_one_timeline(transport, tmp_path):
     launch(3, "stats", env={"UNICCL_TRANSPORT": transport, "UNICCL_TRACE": str(tmp_path)})
     files = sorted(glob.glob(str(tmp_path / "uniccl-trace-r*.json")))
     assert len(files) == 3 and len(glob.glob(str(tmp_path / "uniccl-stats-r*.json"))) == 3
-    out = subprocess.run([sys.executable, "-m", "uniccl", "trace", "merge", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "uniccl", "trace", "merge", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     merged = json.load(open(out.stdout.strip()))
     calls = [e for e in merged["traceEvents"] if e.get("ph") == "X" and e["name"] == "all_reduce"]
@@ -88,8 +90,9 @@ def test_traces_merge_onto_one_timeline(transport, tmp_path):
 def test_prometheus_metrics_from_a_running_job(tmp_path):
     pytest.importorskip("prometheus_client")
     base = 20000 + os.getpid() % 20000
-    proc = launch(2, "serve", str(tmp_path), env={"UNICCL_METRICS_PORT": str(base), "UNICCL_TRANSPORT": "tcp"},
-                  wait=False)
+    proc = launch(
+        2, "serve", str(tmp_path), env={"UNICCL_METRICS_PORT": str(base), "UNICCL_TRANSPORT": "tcp"}, wait=False
+    )
     try:
         deadline = time.monotonic() + 60
         while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):
@@ -97,8 +100,11 @@ def test_prometheus_metrics_from_a_running_job(tmp_path):
             time.sleep(0.05)
         for rank in range(2):
             text = urllib.request.urlopen(f"http://127.0.0.1:{base + rank}/metrics", timeout=10).read().decode()
-            line = re.search(r'uniccl_calls_total\{communicator="world",op="all_reduce",rank="%d",size="<512KiB"\} '
-                             r'(\S+)' % rank, text)
+            line = re.search(
+                r'uniccl_calls_total\{communicator="world",op="all_reduce",rank="%d",size="<512KiB"\} '
+                r"(\S+)" % rank,
+                text,
+            )
             assert line and float(line.group(1)) == 7.0, text[-2000:]
             assert re.search(r'uniccl_call_latency_seconds_bucket\{[^}]*le="\+Inf",op="all_reduce"[^}]*\} 7\.0', text)
             assert re.search(r'uniccl_link_sent_bytes_total\{peer="%d",rank="%d"\} [1-9]' % (1 - rank, rank), text)
@@ -113,8 +119,9 @@ def test_top_shows_every_rank_of_a_running_job(tmp_path):
     import select
 
     status = tmp_path / "status"
-    proc = launch(4, "loop", str(tmp_path), env={"UNICCL_STATUS_DIR": str(status), "UNICCL_TRANSPORT": "tcp"},
-                  wait=False)
+    proc = launch(
+        4, "loop", str(tmp_path), env={"UNICCL_STATUS_DIR": str(status), "UNICCL_TRANSPORT": "tcp"}, wait=False
+    )
     try:
         deadline = time.monotonic() + 60
         while len(glob.glob(str(status / "rank-*.json"))) < 4:
@@ -122,8 +129,13 @@ def test_top_shows_every_rank_of_a_running_job(tmp_path):
             time.sleep(0.1)
         time.sleep(1.5)  # a few calls made: bandwidths and waits to show
         master, slave = os.openpty()
-        top = subprocess.Popen([sys.executable, "-m", "uniccl", "top", str(status), "--interval", "0.5",
-                                "--count", "6"], stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        top = subprocess.Popen(
+            [sys.executable, "-m", "uniccl", "top", str(status), "--interval", "0.5", "--count", "6"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+        )
         os.close(slave)
         out = b""
         end = time.monotonic() + 30
@@ -164,14 +176,23 @@ def test_report_names_the_slowed_rank_and_renders_in_chromium(tmp_path):
     straggler): the report names rank 2, and headless Chromium draws the page with its plots."""
     pytest.importorskip("matplotlib")
     trace = tmp_path / "trace"
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "4", VIS, "report"],
-                         capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, UNICCL_TRANSPORT="tcp", UNICCL_TRACE=str(trace),
-                                  UNICCL_FAULT_INJECT="slow=0.02,slow_rank=2"))
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "4", VIS, "report"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(
+            os.environ, UNICCL_TRANSPORT="tcp", UNICCL_TRACE=str(trace), UNICCL_FAULT_INJECT="slow=0.02,slow_rank=2"
+        ),
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     page = tmp_path / "report.html"
-    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png",
-                          str(tmp_path / "png")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png", str(tmp_path / "png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     text = page.read_text()
     findings = re.search(r'<ul id="findings">(.*?)</ul>', text).group(1)
@@ -182,8 +203,20 @@ def test_report_names_the_slowed_rank_and_renders_in_chromium(tmp_path):
     if browser is None:
         pytest.skip("no headless Chromium (Debian's chromium-headless-shell; scripts/_setup.sh installs it)")
     shot = tmp_path / "shot.png"
-    run = subprocess.run([browser, "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
-                          "--window-size=1200,2400", page.as_uri()], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            browser,
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={shot}",
+            "--window-size=1200,2400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists(), run.stderr[-2000:]
     import matplotlib.image
     import numpy as np
@@ -201,9 +234,13 @@ def test_report_heatmap_from_shared_memory_transfers(tmp_path):
     the engine's traced transfers, every pair of ranks in both directions."""
     pytest.importorskip("matplotlib")
     trace = tmp_path / "trace"
-    res = subprocess.run([sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", VIS, "report"],
-                         capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, UNICCL_TRANSPORT="shm", UNICCL_TRACE=str(trace)))
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", "3", VIS, "report"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, UNICCL_TRANSPORT="shm", UNICCL_TRACE=str(trace)),
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     from uniccl.tools import report as _report
 
@@ -212,8 +249,12 @@ def test_report_heatmap_from_shared_memory_transfers(tmp_path):
     assert n == 3 and what.startswith("shared-memory")
     assert all(m[s][d] is not None and m[s][d] > 0 for s in range(3) for d in range(3) if s != d), m
     page = tmp_path / "report.html"
-    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png",
-                          str(tmp_path / "png")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "uniccl", "report", str(trace), "-o", str(page), "--png", str(tmp_path / "png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "heatmap.png" in os.listdir(tmp_path / "png")
     assert "shared-memory transfers" in re.search(r'<ul id="findings">(.*?)</ul>', page.read_text()).group(1)
@@ -239,17 +280,33 @@ def _write_traces(directory, size, calls, start_us, rtt_us=20.0):
     """Trace files as ranks write them: rank r starts call i at ``start_us(i, r)`` (rank 0's clock)."""
     directory.mkdir(parents=True, exist_ok=True)
     for r in range(size):
-        events = [{"ph": "X", "name": "all_reduce", "ts": float(start_us(i, r)), "dur": 50.0, "pid": r, "tid": 1,
-                   "args": {"communicator": "world", "seq": i, "bytes": 4096, "path": "shm"}} for i in range(calls)]
-        doc = {"traceEvents": events, "otherData": {"rank": r, "host": "node", "pid": 1000 + r,
-                                                    "clock_offset_us": 0.0, "clock_rtt_us": rtt_us}}
+        events = [
+            {
+                "ph": "X",
+                "name": "all_reduce",
+                "ts": float(start_us(i, r)),
+                "dur": 50.0,
+                "pid": r,
+                "tid": 1,
+                "args": {"communicator": "world", "seq": i, "bytes": 4096, "path": "shm"},
+            }
+            for i in range(calls)
+        ]
+        doc = {
+            "traceEvents": events,
+            "otherData": {"rank": r, "host": "node", "pid": 1000 + r, "clock_offset_us": 0.0, "clock_rtt_us": rtt_us},
+        }
         (directory / f"uniccl-trace-r{r}.json").write_text(json.dumps(doc))
 
 
 def _report_findings(directory, tmp_path):
     page = tmp_path / "report.html"
-    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(directory), "-o", str(page)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "uniccl", "report", str(directory), "-o", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return re.findall(r"<li>(.*?)</li>", re.search(r'<ul id="findings">(.*?)</ul>', page.read_text()).group(1))
 
@@ -260,22 +317,27 @@ def _binomial_sf(m, k, p):
     from math import comb
 
     p = Fraction(p)
-    return float(sum(comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(m, k + 1)))
+    return float(sum(comb(k, j) * p**j * (1 - p) ** (k - j) for j in range(m, k + 1)))
 
 
 def test_report_of_an_empty_directory_names_it(tmp_path):
     empty = tmp_path / "no traces here"
     empty.mkdir()
-    out = subprocess.run([sys.executable, "-m", "uniccl", "report", str(empty), "-o", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "uniccl", "report", str(empty), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and not (tmp_path / "r.html").exists()
     assert "{path}" not in out.stderr
     assert out.stderr.count(str(empty)) == 2, out.stderr  # nothing to report in DIR ... UNICCL_TRACE=DIR
     assert f"UNICCL_TRACE={empty})" in out.stderr
 
 
-@pytest.mark.parametrize("m, k, p", [(0, 5, 0.25), (3, 5, 0.25), (5, 5, 0.25), (9, 12, 0.5), (30, 100, 0.25),
-                                     (6, 5, 0.3), (1, 1, 1.0)])
+@pytest.mark.parametrize(
+    "m, k, p", [(0, 5, 0.25), (3, 5, 0.25), (5, 5, 0.25), (9, 12, 0.5), (30, 100, 0.25), (6, 5, 0.3), (1, 1, 1.0)]
+)
 def test_binomial_tail(m, k, p):
     from uniccl.tools import report as _report
 
@@ -306,13 +368,17 @@ def test_report_names_rank_2_when_it_is_last_in_90_percent(tmp_path):
     rng = random.Random(5)
     slow = {i for i in range(400) if i % 10 != 0}  # 360 of 400
     jitter = {(i, r): rng.uniform(0, 100) for i in range(400) for r in range(4)}
-    _write_traces(tmp_path / "t", 4, 400,
-                  lambda i, r: 1e6 + 10000 * i + jitter[(i, r)] + (2000 if r == 2 and i in slow else 0))
+    _write_traces(
+        tmp_path / "t", 4, 400, lambda i, r: 1e6 + 10000 * i + jitter[(i, r)] + (2000 if r == 2 and i in slow else 0)
+    )
     findings = _report_findings(tmp_path / "t", tmp_path)
     named = [f for f in findings if f.startswith("Slowest rank")]
     assert len(named) == 1 and named[0].startswith("Slowest rank: rank 2 (node, pid 1002) started "), findings
-    last2 = sum(1 for i in range(400) if max(range(4), key=lambda r: jitter[(i, r)] + (2000 if r == 2 and i in slow
-                                                                                         else 0)) == 2)
+    last2 = sum(
+        1
+        for i in range(400)
+        if max(range(4), key=lambda r: jitter[(i, r)] + (2000 if r == 2 and i in slow else 0)) == 2
+    )
     assert last2 >= 360 and f"started {last2} of 400 collectives last" in named[0], named
     m = re.search(r"a median (\d+\.\d+) ms after the first rank", named[0])
     assert m and 1.9 < float(m.group(1)) < 2.1, named
@@ -326,8 +392,12 @@ def test_report_does_not_name_a_rank_within_the_timing_noise(tmp_path):
     from uniccl.tools import report as _report
 
     slow = {i for i in range(400) if i % 10 != 0}
-    _write_traces(tmp_path / "a", 4, 400, lambda i, r: 1e6 + 1000 * i + r * 0.1 * (r != 2)
-                  + (3.0 if r == 2 and i in slow else 0.0))
+    _write_traces(
+        tmp_path / "a",
+        4,
+        400,
+        lambda i, r: 1e6 + 1000 * i + r * 0.1 * (r != 2) + (3.0 if r == 2 and i in slow else 0.0),
+    )
     late = _report.rank_lateness(_report.load(str(tmp_path / "a"))["traces"])
     assert late["rank"] == 2 and late["last"] == 360 and late["p_value"] < 1e-100 and not late["stands_out"]
     assert any(f.startswith("No rank stands out") for f in _report_findings(tmp_path / "a", tmp_path))
@@ -345,17 +415,35 @@ def test_busbw_plot_is_log_log(tmp_path):
     pytest.importorskip("matplotlib")
     from uniccl.tools import report as _report
 
-    bench = [{"collective": "all_reduce", "size": s, "oop_busbw": bw, "ip_busbw": bw}
-             for s, bw in [(1024, 0.01), (1 << 20, 1.5), (64 << 20, 9.0), (0, 0.0)]]
+    bench = [
+        {"collective": "all_reduce", "size": s, "oop_busbw": bw, "ip_busbw": bw}
+        for s, bw in [(1024, 0.01), (1 << 20, 1.5), (64 << 20, 9.0), (0, 0.0)]
+    ]
     bench += [{"collective": "broadcast", "size": 4096, "oop_busbw": None, "ip_busbw": 0.2}]
-    stats = {r: [{"size": 2, "ops": {"all_gather": {"by_size": {
-        "<4KiB": {"calls": 3, "mean_bytes": 2048, "busbw_GBps": 0.1 * (r + 1)},
-        "<4MiB": {"calls": 1, "mean_bytes": 2 << 20, "busbw_GBps": 2.0 * (r + 1)}}}}}] for r in range(2)}
+    stats = {
+        r: [
+            {
+                "size": 2,
+                "ops": {
+                    "all_gather": {
+                        "by_size": {
+                            "<4KiB": {"calls": 3, "mean_bytes": 2048, "busbw_GBps": 0.1 * (r + 1)},
+                            "<4MiB": {"calls": 1, "mean_bytes": 2 << 20, "busbw_GBps": 2.0 * (r + 1)},
+                        }
+                    }
+                },
+            }
+        ]
+        for r in range(2)
+    }
     fig = _report.busbw_figure({"traces": {}, "stats": stats, "bench": bench})
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
-    assert lines["all_reduce (bench)"] == ([1024, 1 << 20, 64 << 20], [0.01, 1.5, 9.0])  # 0 B / 0 GB/s: not on a log axis
+    assert lines["all_reduce (bench)"] == (
+        [1024, 1 << 20, 64 << 20],
+        [0.01, 1.5, 9.0],
+    )  # 0 B / 0 GB/s: not on a log axis
     assert lines["broadcast (bench)"] == ([4096], [0.2])  # in place only
     assert lines["all_gather (telemetry)"] == ([2048, 2 << 20], [pytest.approx(0.15), pytest.approx(3.0)])
     import matplotlib.pyplot as plt

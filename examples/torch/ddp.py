@@ -10,6 +10,7 @@ A small MLP, a fixed seed, 20 SGD steps on rank-specific data, float64 and float
 start from different weights (DDP's first broadcast makes them equal).  Every rank checks that
 all ranks end with the same parameters; ``--out PREFIX`` saves them to PREFIX-<rank>.pt.
 """
+
 import argparse
 
 import torch

@@ -9,6 +9,7 @@ compiled for the host (the shared CUDA-dialect kernels with host_compat.h; Cambr
 BANG C with bang_host_compat.h): the plugins' binding layers run for real, the hardware
 does not exist here.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,12 +27,21 @@ TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 KDIR = ROOT / "plugins" / "shared" / "cuda_kernels"
 BANG = ROOT / "plugins" / "cambricon" / "kernels"
-EMULATED = {"nvidia": "UNICCL_NVIDIA_KERNELS", "iluvatar": "UNICCL_ILUVATAR_KERNELS",
-            "metax": "UNICCL_METAX_KERNELS", "moore": "UNICCL_MOORE_KERNELS",
-            "cambricon": "UNICCL_CAMBRICON_KERNELS"}
+EMULATED = {
+    "nvidia": "UNICCL_NVIDIA_KERNELS",
+    "iluvatar": "UNICCL_ILUVATAR_KERNELS",
+    "metax": "UNICCL_METAX_KERNELS",
+    "moore": "UNICCL_MOORE_KERNELS",
+    "cambricon": "UNICCL_CAMBRICON_KERNELS",
+}
 #: symbol prefixes of each platform's runtime and collective library (names in errors, injection)
-PREFIXES = {"nvidia": ("cuda", "nccl"), "iluvatar": ("cuda", "nccl"), "metax": ("mc", "mccl"),
-            "moore": ("musa", "mccl"), "cambricon": ("cnrt", "cncl")}
+PREFIXES = {
+    "nvidia": ("cuda", "nccl"),
+    "iluvatar": ("cuda", "nccl"),
+    "metax": ("mc", "mccl"),
+    "moore": ("musa", "mccl"),
+    "cambricon": ("cnrt", "cncl"),
+}
 #: a failing asynchronous copy, per platform: (call, status, status name)
 COPY_FAULT = {name: (f"{rt}MemcpyAsync", 700, f"{rt}ErrorIllegalAddress") for name, (rt, _) in PREFIXES.items()}
 COPY_FAULT["cambricon"] = ("cnrtMemcpyAsync_V2", 632006, "cnrtErrorDevice")
@@ -48,15 +58,34 @@ def host_kernels(platform: str = "nvidia") -> str:
         pytest.skip("no g++ to build the host-compat kernels")
     from _emulation import _cache_root
 
-    src, compat, name = ((BANG / "reduce.mlu", BANG / "bang_host_compat.h", "bang") if platform == "cambricon"
-                         else (KDIR / "reduce.cu", KDIR / "host_compat.h", "host"))
+    src, compat, name = (
+        (BANG / "reduce.mlu", BANG / "bang_host_compat.h", "bang")
+        if platform == "cambricon"
+        else (KDIR / "reduce.cu", KDIR / "host_compat.h", "host")
+    )
     out = _cache_root() / f"kernels-{name}" / f"libuniccl_kernels_{name}.so"
     out.parent.mkdir(parents=True, exist_ok=True)
     newest = max(f.stat().st_mtime for f in src.parent.iterdir() if f.suffix in (".cu", ".mlu", ".h"))
     if not out.exists() or out.stat().st_mtime < newest:
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        res = subprocess.run([cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-x", "c++", "-include",
-                              str(compat), str(src), "-o", str(tmp)], capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                cxx,
+                "-std=c++17",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-x",
+                "c++",
+                "-include",
+                str(compat),
+                str(src),
+                "-o",
+                str(tmp),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode:
             raise RuntimeError(f"building the host-compat kernels failed:\n{res.stderr[-3000:]}")
         os.replace(tmp, out)
@@ -73,8 +102,13 @@ def platform_env(name: str) -> dict:
     from _emulation import _cache_root, require
 
     emu = require(name)
-    env = {"UNICCL_PLATFORM": name, emu["home_env"]: emu["root"], EMULATED[name]: host_kernels(name),
-           "UNICCL_EMU_BUILD_DIR": str(_cache_root()), "UNICCL_EMU_TIMEOUT": "20"}
+    env = {
+        "UNICCL_PLATFORM": name,
+        emu["home_env"]: emu["root"],
+        EMULATED[name]: host_kernels(name),
+        "UNICCL_EMU_BUILD_DIR": str(_cache_root()),
+        "UNICCL_EMU_TIMEOUT": "20",
+    }
     if name == "nvidia":
         env["NCCL_HOME"] = emu["nccl_root"]
     return env
@@ -104,8 +138,14 @@ class DeviceArray:
     def __cuda_array_interface__(self):
         if self.backend.name == "cpu":
             raise AttributeError("__cuda_array_interface__")  # host memory: use the buffer protocol
-        cai = {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-               "strides": None, "stream": self.stream}
+        cai = {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": self.stream,
+        }
         if self.dtype.name == "bfloat16":  # no typestr of its own: the interface's descr names it
             cai["descr"] = [("bfloat16", self.dtype.str)]
         return cai

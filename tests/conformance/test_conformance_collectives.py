@@ -1,5 +1,6 @@
 """All collectives on device buffers at 1-4 ranks; on emulated vendors both through
 the native library (NCCL) and, with it disabled, through host staging."""
+
 import json
 import os
 import subprocess

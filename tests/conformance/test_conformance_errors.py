@@ -1,5 +1,6 @@
 """Error paths through the platform: vendor failures become typed errors on the calling
 rank and RemoteError on the others (never a hang); bad buffers are named."""
+
 import json
 import os
 import subprocess
@@ -40,8 +41,12 @@ def test_foreign_pointer_is_rejected_by_name(backend):
     import uniccl
 
     class Fake:
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (np.zeros(4).ctypes.data, False),
-                                    "version": 3}
+        __cuda_array_interface__ = {
+            "shape": (4,),
+            "typestr": "<f4",
+            "data": (np.zeros(4).ctypes.data, False),
+            "version": 3,
+        }
 
     if backend.name == "cpu":
         pytest.skip("the cpu platform owns no CUDA-interface memory")

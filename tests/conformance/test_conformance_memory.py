@@ -1,4 +1,5 @@
 """Memory, copies, streams and events of the platform, through its hooks."""
+
 import numpy as np
 import pytest
 from _platform import DeviceArray

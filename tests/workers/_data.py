@@ -5,14 +5,27 @@ every rank computes the expected result locally, in float64 for floating types
 and with exact modular int64/uint64 arithmetic for integers (numpy float64
 cannot hold every int64).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from uniccl._types import DType, numpy_dtype
 
-ALL_DTYPES = [DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32, DType.UINT32,
-              DType.INT64, DType.UINT64, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64]
+ALL_DTYPES = [
+    DType.INT8,
+    DType.UINT8,
+    DType.INT16,
+    DType.UINT16,
+    DType.INT32,
+    DType.UINT32,
+    DType.INT64,
+    DType.UINT64,
+    DType.FLOAT16,
+    DType.BFLOAT16,
+    DType.FLOAT32,
+    DType.FLOAT64,
+]
 OPS = ["sum", "prod", "max", "min", "avg"]
 EXACT_LIMIT = 4096  # above this many elements inputs are small integers: exact in every dtype
 PERIOD = 183  # ...and repeat with this period, so the reference is computed on one period
@@ -82,8 +95,7 @@ def tolerance(inputs: list[np.ndarray], op: str, dt) -> np.ndarray | float:
     """Honest per-element error bound for float results: one rounding per step."""
     if not is_float(dt) or op in ("max", "min"):
         return 0.0
-    eps = {DType.FLOAT16: 2.0**-10, DType.BFLOAT16: 2.0**-7, DType.FLOAT32: 2.0**-23,
-           DType.FLOAT64: 2.0**-52}[dt]
+    eps = {DType.FLOAT16: 2.0**-10, DType.BFLOAT16: 2.0**-7, DType.FLOAT32: 2.0**-23, DType.FLOAT64: 2.0**-52}[dt]
     n = len(inputs)
     xs = np.abs(np.array([x.astype(np.float64) for x in inputs]))
     if op == "prod":

@@ -1,6 +1,7 @@
 """The job's world for the workers' own bookkeeping (sharing a unique id, gathering
 results): MPI's COMM_WORLD under mpiexec; under ``uniccl run`` (no MPI) a small
 stand-in over a separate uniccl communicator's control channel."""
+
 from __future__ import annotations
 
 import uniccl

@@ -3,6 +3,7 @@ and again (under ``uniccl run -n 2``): the engine must outlive every thread insi
 round rank 0 makes a fresh 2-rank communicator, starts an all_reduce that rank 1 never joins
 on a second thread, aborts from the main thread after a random 0-20 ms, and joins the thread.
 usage: abort_race.py ROUNDS -- prints "rounds N ok" (a crash ends the process by a signal)."""
+
 import random
 import sys
 import threading
@@ -32,6 +33,7 @@ for i in range(rounds):
             except uniccl.UnicclError as exc:
                 seen.append(type(exc).__name__)
                 str(exc)  # its message is read after the abort: from freed memory, before the fix
+
         th = threading.Thread(target=hung)
         th.start()
         time.sleep(rng.uniform(0, 0.02))

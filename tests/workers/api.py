@@ -1,5 +1,6 @@
 """API behaviour across real ranks: async, groups, send/recv, split, unique-id init,
 from_mpi, barrier, return values.  usage: api.py CASE [CASE ...]; exit 1 on failure."""
+
 from __future__ import annotations
 
 import sys
@@ -136,7 +137,7 @@ def case_from_mpi(comm):
     with uniccl.Communicator.from_mpi(sub) as c:
         x = np.full(7, 2, np.int16)
         assert c.all_reduce(x, op=uniccl.PROD) is x
-        assert np.all(x == 2 ** c.size)
+        assert np.all(x == 2**c.size)
     sub.Free()
 
 
@@ -301,7 +302,7 @@ def main() -> int:
     return 1 if total else 0
 
 
-CASES = sorted(n[len("case_"):] for n in list(globals()) if n.startswith("case_"))
+CASES = sorted(n[len("case_") :] for n in list(globals()) if n.startswith("case_"))
 
 if __name__ == "__main__":
     sys.exit(main())

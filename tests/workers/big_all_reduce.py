@@ -1,5 +1,6 @@
 """An all_reduce of 16 MiB per rank, checked (under ``uniccl run``): its chunks fill every
 shared-memory slot page.  Prints "all_reduce checked" on each rank."""
+
 import numpy as np
 
 import uniccl

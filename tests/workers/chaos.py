@@ -5,6 +5,7 @@ prints how long it took to raise, what it raised, and how long abort() took.
 usage: chaos.py COLLECTIVE VICTIM KILL_AFTER_S STAMP_FILE
   (environment: UNICCL_TEST_UID = hex of a uniccl unique id, UNICCL_TEST_RANK, UNICCL_TEST_SIZE)
 """
+
 import json
 import os
 import signal
@@ -19,8 +20,9 @@ from uniccl import UniqueId
 
 coll, victim, kill_after, stamp = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 rank, size = int(os.environ["UNICCL_TEST_RANK"]), int(os.environ["UNICCL_TEST_SIZE"])
-comm = uniccl.Communicator(UniqueId.from_bytes(bytes.fromhex(os.environ["UNICCL_TEST_UID"])), rank, size,
-                           platform="cpu")
+comm = uniccl.Communicator(
+    UniqueId.from_bytes(bytes.fromhex(os.environ["UNICCL_TEST_UID"])), rank, size, platform="cpu"
+)
 n = 1 << 20  # 4 MiB of float32 per rank: long enough to be caught mid-operation
 x, big = np.ones(n, np.float32), np.zeros(n * size, np.float32)
 calls = {
@@ -37,11 +39,13 @@ calls = {
 call = calls[coll]
 call()  # everyone is in
 if rank == victim:
+
     def die():
         time.sleep(kill_after)
         with open(stamp, "w") as f:
             f.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
+
     threading.Thread(target=die, daemon=True).start()
 row = {"rank": rank, "collective": coll, "victim": victim}
 try:

@@ -6,6 +6,7 @@ usage: faults.py SCENARIO   (under uniccl run or mpiexec; the last rank is the o
   abort_hung   rank 0 aborts from a watchdog thread while its all_reduce waits for the last
                rank (which is busy elsewhere); rank 1 waits in the same all_reduce
 """
+
 import json
 import os
 import sys
@@ -26,8 +27,13 @@ t0 = time.monotonic()
 
 
 def failed(exc):
-    row.update(error=type(exc).__name__, message=str(exc), missing=getattr(exc, "missing_ranks", None),
-               remote=getattr(exc, "remote_rank", None), seq=getattr(exc, "seq", None))
+    row.update(
+        error=type(exc).__name__,
+        message=str(exc),
+        missing=getattr(exc, "missing_ranks", None),
+        remote=getattr(exc, "remote_rank", None),
+        seq=getattr(exc, "seq", None),
+    )
 
 
 try:
@@ -49,11 +55,13 @@ try:
             comm.all_reduce(x, timeout=10)
         else:
             if r == 0:
+
                 def watchdog():
                     time.sleep(1.0)
                     t = time.monotonic()
                     comm.abort("watchdog: all_reduce stuck")
                     row["abort_s"] = round(time.monotonic() - t, 3)
+
                 threading.Thread(target=watchdog, daemon=True).start()
             comm.all_reduce(x, timeout=30)
     row["error"] = None

@@ -2,6 +2,7 @@
 ``uniccl run``): in the child every call on the inherited communicator, abort and destroy
 included, is InvalidUsage; the child then exits through Python (atexit handlers run).  The
 parent, meanwhile and after, keeps computing with its peers.  Prints one JSON line per rank."""
+
 import json
 import os
 import sys
@@ -16,8 +17,12 @@ with uniccl.init() as comm:
     pid = os.fork()
     if pid == 0:  # the child
         said = {}
-        for name, call in (("all_reduce", lambda: comm.all_reduce(np.ones(4))), ("abort", comm.abort),
-                           ("destroy", comm.destroy), ("barrier", comm.barrier)):
+        for name, call in (
+            ("all_reduce", lambda: comm.all_reduce(np.ones(4))),
+            ("abort", comm.abort),
+            ("destroy", comm.destroy),
+            ("barrier", comm.barrier),
+        ):
             try:
                 call()
                 said[name] = "returned"
@@ -35,5 +40,7 @@ with uniccl.init() as comm:
         comm.all_reduce(y)
         ok.append(bool(np.all(y == sum(r + i for r in range(comm.size)))))
     comm.barrier()
-    print(json.dumps({"rank": comm.rank, "child_status": status, "ok": all(ok),
-                      "transport": comm._tuner.transport}), flush=True)
+    print(
+        json.dumps({"rank": comm.rank, "child_status": status, "ok": all(ok), "transport": comm._tuner.transport}),
+        flush=True,
+    )

@@ -3,6 +3,7 @@ usage: group_seen.py ROUNDS [METRICS_PORT]
 Each round: a ring exchange of 1 KiB inside a group block, checked.  Prints one JSON line per
 rank: its stats' send/recv entries, its flight-recorder states, and (with METRICS_PORT, which
 the test also exports as UNICCL_METRICS_PORT) the send/recv call counts Prometheus serves."""
+
 import json
 import re
 import sys
@@ -26,10 +27,15 @@ with uniccl.init() as comm:
     states = [(e["op"], e["state"]) for e in comm.flight_recorder()["ops"]]
     served = {}
     if len(sys.argv) > 2:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{int(sys.argv[2]) + comm.local_rank}/metrics",
-                                      timeout=10).read().decode()
+        text = (
+            urllib.request.urlopen(f"http://127.0.0.1:{int(sys.argv[2]) + comm.local_rank}/metrics", timeout=10)
+            .read()
+            .decode()
+        )
         for op in ("send", "recv"):
             counts = re.findall(r'uniccl_calls_total\{[^}]*op="%s"[^}]*\} (\S+)' % op, text)
             served[op] = sum(float(c) for c in counts)
-    print(json.dumps({"rank": r, "send": ops.get("send"), "recv": ops.get("recv"), "states": states,
-                      "served": served}), flush=True)
+    print(
+        json.dumps({"rank": r, "send": ops.get("send"), "recv": ops.get("recv"), "states": states, "served": served}),
+        flush=True,
+    )

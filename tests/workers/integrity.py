@@ -1,6 +1,7 @@
 """Payload integrity over TCP: one all_reduce with fault injection off, the same with it on
 (UNICCL_TEST_INJECT: an UNICCL_FAULT_INJECT spec, applied after set-up); prints whether the
 results are bitwise equal and the counters.  usage: integrity.py BYTES"""
+
 import json
 import os
 import sys

@@ -4,6 +4,7 @@ and out of place.  Run under mpiexec; exit status 1 if any rank saw a wrong resu
 usage: matrix.py COLLECTIVE [--sizes 0,1,7,1023,big1,big8] [--dtypes all|float32,...]
 Sizes are per-rank block counts; big1/big8 are ~1 MiB (odd count) and 8 MiB of data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,19 +64,19 @@ def run_case(comm, coll: str, dt, op: str, m: int, inplace: bool, seed: int) -> 
     if coll == "all_gather":
         recv = np.full(m * n, 7, npdt)
         if inplace:
-            recv[r * m:(r + 1) * m] = mine
-            comm.all_gather(recv[r * m:(r + 1) * m], recv)
+            recv[r * m : (r + 1) * m] = mine
+            comm.all_gather(recv[r * m : (r + 1) * m], recv)
         else:
             comm.all_gather(mine, recv)
         return _bytes_wrong(recv, np.concatenate(inputs))
     if coll == "reduce_scatter":
         if inplace:
-            comm.reduce_scatter(mine, mine[r * m:(r + 1) * m], op=op)
-            got = mine[r * m:(r + 1) * m]
+            comm.reduce_scatter(mine, mine[r * m : (r + 1) * m], op=op)
+            got = mine[r * m : (r + 1) * m]
         else:
             got = np.full(m, 7, npdt)
             comm.reduce_scatter(mine, got, op=op)
-        return compare(got, [x[r * m:(r + 1) * m] for x in inputs], op, dt)
+        return compare(got, [x[r * m : (r + 1) * m] for x in inputs], op, dt)
     if coll == "all_to_all":
         if inplace:
             comm.all_to_all(mine, mine)
@@ -83,26 +84,26 @@ def run_case(comm, coll: str, dt, op: str, m: int, inplace: bool, seed: int) -> 
         else:
             got = np.full(m * n, 7, npdt)
             comm.all_to_all(mine, got)
-        expect = np.concatenate([inputs[j][r * m:(r + 1) * m] for j in range(n)])
+        expect = np.concatenate([inputs[j][r * m : (r + 1) * m] for j in range(n)])
         return _bytes_wrong(got, expect)
     if coll == "gather":
         if r == root:
             recv = np.full(m * n, 7, npdt)
             if inplace:
-                recv[r * m:(r + 1) * m] = mine
-                comm.gather(recv[r * m:(r + 1) * m], recv, root=root)
+                recv[r * m : (r + 1) * m] = mine
+                comm.gather(recv[r * m : (r + 1) * m], recv, root=root)
             else:
                 comm.gather(mine, recv, root=root)
             return _bytes_wrong(recv, np.concatenate(inputs))
         return 0 if comm.gather(mine, None, root=root) is None else 1
     if coll == "scatter":
         if r == root:
-            got = mine[r * m:(r + 1) * m] if inplace else np.full(m, 7, npdt)
+            got = mine[r * m : (r + 1) * m] if inplace else np.full(m, 7, npdt)
             comm.scatter(mine, got, root=root)
         else:
             got = np.full(m, 7, npdt)
             comm.scatter(None, got, root=root)
-        return _bytes_wrong(got, inputs[root][r * m:(r + 1) * m])
+        return _bytes_wrong(got, inputs[root][r * m : (r + 1) * m])
     raise SystemExit(f"unknown collective {coll}")
 
 
@@ -125,7 +126,7 @@ def main() -> int:
         for dt in dtypes:
             for op in ops:
                 for m in block_counts(args.sizes, dt):
-                    for inplace in ((False,) if args.collective == "broadcast" else (False, True)):
+                    for inplace in (False,) if args.collective == "broadcast" else (False, True):
                         seed += 1
                         cases += 1
                         try:
@@ -134,8 +135,10 @@ def main() -> int:
                             wrong = -1
                             traceback.print_exc()
                         if wrong:
-                            failures.append(f"{args.collective} {dt.name} {op} count={m} "
-                                            f"{'in' if inplace else 'out-of'}-place: {wrong} wrong")
+                            failures.append(
+                                f"{args.collective} {dt.name} {op} count={m} "
+                                f"{'in' if inplace else 'out-of'}-place: {wrong} wrong"
+                            )
     for f in failures[:20]:
         print(f"[rank {world.rank}] FAIL {f}", flush=True)
     total = world.allreduce(len(failures))

@@ -3,6 +3,7 @@ with SIGSTOP right after a barrier; every other rank's next call, with timeout=3
 uniccl.Timeout within timeout + 2 s naming the stopped rank.  usage: mpi_stopped_peer.py OP BYTES OUT
 Each rank writes OUT-<rank>.json (the stopped one its pid, first); the test then continues
 the stopped rank (SIGCONT)."""
+
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ def write(row):
     with open(f"{out}-{row['rank']}.json.part", "w") as f:
         json.dump(row, f)
     os.replace(f"{out}-{row['rank']}.json.part", f"{out}-{row['rank']}.json")
+
 
 with uniccl.init(timeout=3) as comm:
     n, r = comm.size, comm.rank

@@ -1,5 +1,6 @@
 """Worker for the multi-host tests: all_reduce, all_gather and all_to_all checked
 against numpy; one JSON line per rank.  usage: multinode.py [kill RANK PIDDIR]"""
+
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "kill":
     with open(os.path.join(piddir, f"{r}.pid"), "w") as f:
         f.write(str(os.getpid()))
     x = np.ones(1 << 14)
-    for i in range(10 ** 6):
+    for i in range(10**6):
         comm.all_reduce(x)
         if r == victim and i == 20:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -32,6 +33,18 @@ send = np.array([100 * r + j for j in range(n) for _ in range(7)], np.int32)  # 
 recv = np.empty_like(send)
 comm.all_to_all(send, recv)
 ok_a2a = np.array_equal(recv, np.array([100 * j + r for j in range(n) for _ in range(7)], np.int32))
-print(json.dumps({"rank": r, "size": n, "host": host_key(), "transport": comm._tuner.transport,
-                  "all_reduce": bool(ok_ar), "all_gather": bool(ok_ag), "all_to_all": bool(ok_a2a)}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": r,
+            "size": n,
+            "host": host_key(),
+            "transport": comm._tuner.transport,
+            "all_reduce": bool(ok_ar),
+            "all_gather": bool(ok_ag),
+            "all_to_all": bool(ok_a2a),
+        }
+    ),
+    flush=True,
+)
 sys.exit(0 if ok_ar and ok_ag and ok_a2a else 1)

@@ -4,6 +4,7 @@ can): random bytes, truncated frames, huge lengths, JSON of the wrong shape, wro
 connections -- all at once, until STOP_FILE exists or SECONDS pass.  Standard library only.
 usage: rdv_attacker.py HOST PORT SECONDS STOP_FILE
 Prints one line: how many connections each attack made."""
+
 import json
 import os
 import random
@@ -53,6 +54,7 @@ def attack(name, body, pause=0.01):
             except OSError:
                 counts[name + "_refused"] = counts.get(name + "_refused", 0) + 1
             time.sleep(pause)
+
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     return t
@@ -82,8 +84,22 @@ def huge(s, rng):
 
 def wrong_shape(s, rng):
     read_nonce(s)
-    s.sendall(frame(rng.choice([{"proof": 5}, {"proof": "x", "rank": "0", "size": 2}, {"rank": 0}, [1, 2], "s",
-                                 None, 7, {"proof": None, "rank": None, "size": None, "payload": None}])))
+    s.sendall(
+        frame(
+            rng.choice(
+                [
+                    {"proof": 5},
+                    {"proof": "x", "rank": "0", "size": 2},
+                    {"rank": 0},
+                    [1, 2],
+                    "s",
+                    None,
+                    7,
+                    {"proof": None, "rank": None, "size": None, "payload": None},
+                ]
+            )
+        )
+    )
     s.close()
 
 
@@ -100,8 +116,14 @@ def slow(s, rng):
         time.sleep(3)
 
 
-threads = [attack("json_list", json_list), attack("random_bytes", random_bytes), attack("truncated", truncated),
-           attack("huge_length", huge), attack("wrong_shape", wrong_shape), attack("wrong_proof", wrong_proof)]
+threads = [
+    attack("json_list", json_list),
+    attack("random_bytes", random_bytes),
+    attack("truncated", truncated),
+    attack("huge_length", huge),
+    attack("wrong_shape", wrong_shape),
+    attack("wrong_proof", wrong_proof),
+]
 threads += [attack(f"slow{i}", slow, pause=0.5) for i in range(4)]
 flood = 0
 while running() and flood < 600:  # idle connections that never say anything

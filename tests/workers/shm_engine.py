@@ -22,6 +22,7 @@
 MPI (mpi4py) is used for set-up and result checks only: rank 0 creates the segment
 and broadcasts its name, the others attach, a barrier, rank 0 unlinks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ SUM, PROD, MAX, MIN = 0, 1, 2, 3
 OPS = {"sum": SUM, "prod": PROD, "max": MAX, "min": MIN}
 DTYPES = [DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.BFLOAT16, DType.FLOAT16, DType.INT8]
 TEST_SLOT = 32 * 1024  # small slots: "several slots" stays cheap
-TEST_SMALL = 4096      # one-round all_reduce/reduce up to here, pipelined above
+TEST_SMALL = 4096  # one-round all_reduce/reduce up to here, pipelined above
 
 
 def reduce_kernel() -> int:
@@ -125,12 +126,12 @@ def run_case(world, eng: ShmEngine, coll: str, dt, op: str, m: int, inplace: boo
         return compare(recv, inputs, op, dt)
     if coll == "reduce_scatter":
         if inplace:
-            got = mine[r * m:(r + 1) * m]
+            got = mine[r * m : (r + 1) * m]
             eng.reduce_scatter(addr(mine), addr(mine) + r * m * isz, m, int(dt), code)
         else:
             got = np.full(m, 7, npdt)
             eng.reduce_scatter(addr(mine), addr(got), m, int(dt), code)
-        return compare(got, [x[r * m:(r + 1) * m] for x in inputs], op, dt)
+        return compare(got, [x[r * m : (r + 1) * m] for x in inputs], op, dt)
     if coll == "broadcast":
         buf = mine if r == root else np.full(m, 7, npdt)
         eng.broadcast(addr(buf), m * isz, root)
@@ -138,7 +139,7 @@ def run_case(world, eng: ShmEngine, coll: str, dt, op: str, m: int, inplace: boo
     if coll == "all_gather":
         recv = np.full(m * n, 7, npdt)
         if inplace:
-            recv[r * m:(r + 1) * m] = mine
+            recv[r * m : (r + 1) * m] = mine
             eng.all_gather(addr(recv) + r * m * isz, addr(recv), m * isz)
         else:
             eng.all_gather(addr(mine), addr(recv), m * isz)
@@ -146,13 +147,13 @@ def run_case(world, eng: ShmEngine, coll: str, dt, op: str, m: int, inplace: boo
     if coll == "all_to_all":
         got = np.full(m * n, 7, npdt)
         eng.all_to_all(addr(mine), addr(got), m * isz)
-        expect = np.concatenate([inputs[j][r * m:(r + 1) * m] for j in range(n)])
+        expect = np.concatenate([inputs[j][r * m : (r + 1) * m] for j in range(n)])
         return _bytes_wrong(got, expect)
     if coll == "gather":
         if r == root:
             recv = np.full(m * n, 7, npdt)
             if inplace:
-                recv[r * m:(r + 1) * m] = mine
+                recv[r * m : (r + 1) * m] = mine
                 eng.gather(addr(recv) + r * m * isz, addr(recv), m * isz, root)
             else:
                 eng.gather(addr(mine), addr(recv), m * isz, root)
@@ -161,12 +162,12 @@ def run_case(world, eng: ShmEngine, coll: str, dt, op: str, m: int, inplace: boo
         return 0
     if coll == "scatter":
         if r == root:
-            got = mine[r * m:(r + 1) * m] if inplace else np.full(m, 7, npdt)
+            got = mine[r * m : (r + 1) * m] if inplace else np.full(m, 7, npdt)
             eng.scatter(addr(mine), addr(got), m * isz, root)
         else:
             got = np.full(m, 7, npdt)
             eng.scatter(0, addr(got), m * isz, root)
-        return _bytes_wrong(got, inputs[root][r * m:(r + 1) * m])
+        return _bytes_wrong(got, inputs[root][r * m : (r + 1) * m])
     raise SystemExit(f"unknown collective {coll}")
 
 
@@ -193,18 +194,17 @@ def check_agree(world, eng: ShmEngine, rounds: int = 50) -> int:
     return wrong
 
 
-def matrix(world, eng: ShmEngine, label: str, slot_bytes: int, colls, dtypes, full: bool,
-           failures: list) -> int:
+def matrix(world, eng: ShmEngine, label: str, slot_bytes: int, colls, dtypes, full: bool, failures: list) -> int:
     cases = 0
     seed = 0
     wrong = check_agree(world, eng)
     if wrong:
         failures.append(f"{label}: agree: {wrong} wrong")
     for coll in colls:
-        for dt in (dtypes if coll in REDUCING else MOVING_DTYPES):
-            for op in (list(OPS) if coll in REDUCING else ["sum"]):
+        for dt in dtypes if coll in REDUCING else MOVING_DTYPES:
+            for op in list(OPS) if coll in REDUCING else ["sum"]:
                 for m in block_counts(dt, slot_bytes, full):
-                    for inplace in ((False, True) if coll in INPLACE_FORMS else (False,)):
+                    for inplace in (False, True) if coll in INPLACE_FORMS else (False,):
                         seed += 1
                         cases += 1
                         try:
@@ -214,8 +214,10 @@ def matrix(world, eng: ShmEngine, label: str, slot_bytes: int, colls, dtypes, fu
                             failures.append(f"{label}: {coll} {dt.name} {op} count={m} raised")
                             return cases
                         if wrong:
-                            failures.append(f"{label}: {coll} {dt.name} {op} count={m} "
-                                            f"{'in' if inplace else 'out-of'}-place: {wrong} wrong")
+                            failures.append(
+                                f"{label}: {coll} {dt.name} {op} count={m} "
+                                f"{'in' if inplace else 'out-of'}-place: {wrong} wrong"
+                            )
     return cases
 
 
@@ -227,8 +229,9 @@ def cmd_matrix(args) -> int:
     cases = 0
 
     # 1. single-copy transfers for every size above the one-round reductions
-    eng = mpi_engine(world, args.prefix, "cma", TEST_SLOT, small_bytes=TEST_SMALL, cma_min_bytes=1,
-                     cma_reduce_min_bytes=1)
+    eng = mpi_engine(
+        world, args.prefix, "cma", TEST_SLOT, small_bytes=TEST_SMALL, cma_min_bytes=1, cma_reduce_min_bytes=1
+    )
     cases += matrix(world, eng, "cma", TEST_SLOT, REDUCING + MOVING, DTYPES, True, failures)
     if world.size > 1 and not eng.cma:
         failures.append(f"cma engine: single-copy reads not in use: {eng.cma_reason}")
@@ -250,8 +253,9 @@ def cmd_matrix(args) -> int:
 
     # 3. default tuning and slot size: both paths by size (fewer dtypes: the sizes are larger)
     eng = mpi_engine(world, args.prefix, "default", DEFAULT_SLOT_BYTES)
-    cases += matrix(world, eng, "default", DEFAULT_SLOT_BYTES, REDUCING + MOVING, [DType.FLOAT32, DType.INT8],
-                    False, failures)
+    cases += matrix(
+        world, eng, "default", DEFAULT_SLOT_BYTES, REDUCING + MOVING, [DType.FLOAT32, DType.INT8], False, failures
+    )
     eng.close()
 
     for f in failures[:30]:
@@ -287,8 +291,10 @@ def cmd_big(args) -> int:
     oks = world.allgather(ok)
     eng.close()
     if world.rank == 0:
-        print(f"all_reduce {args.mib} MiB on {world.size} ranks: "
-              f"{', '.join(f'{t:.3f}' for t in times)} s; correct on every rank: {all(oks)}")
+        print(
+            f"all_reduce {args.mib} MiB on {world.size} ranks: "
+            f"{', '.join(f'{t:.3f}' for t in times)} s; correct on every rank: {all(oks)}"
+        )
     return 0 if all(oks) else 1
 
 
@@ -336,8 +342,11 @@ def cmd_loop(args) -> int:
             calls += 1
     except Exception as exc:
         waited = time.monotonic() - t
-        print(f"ERROR {type(exc).__name__} remote_rank={getattr(exc, 'remote_rank', None)} "
-              f"after {waited:.3f} s ({calls} calls): {exc}", flush=True)
+        print(
+            f"ERROR {type(exc).__name__} remote_rank={getattr(exc, 'remote_rank', None)} "
+            f"after {waited:.3f} s ({calls} calls): {exc}",
+            flush=True,
+        )
         return 3
 
 
@@ -354,8 +363,7 @@ def cmd_timeout(args) -> int:
         eng.all_reduce(addr(x), addr(x), x.size, int(DType.FLOAT32), SUM)
         print("NO ERROR", flush=True)
     except (Timeout, RemoteError) as exc:
-        extra = (f"missing_ranks={exc.missing_ranks}" if isinstance(exc, Timeout)
-                 else f"remote_rank={exc.remote_rank}")
+        extra = f"missing_ranks={exc.missing_ranks}" if isinstance(exc, Timeout) else f"remote_rank={exc.remote_rank}"
         print(f"ERROR {type(exc).__name__} {extra} after {time.monotonic() - t:.2f} s: {exc}", flush=True)
     try:
         eng.barrier()
@@ -419,8 +427,15 @@ def main() -> int:
     p = sub.add_parser("interrupt")
     p.add_argument("name")
     args = ap.parse_args()
-    return {"matrix": cmd_matrix, "big": cmd_big, "bad-arg": cmd_bad_arg, "loop": cmd_loop,
-            "timeout": cmd_timeout, "raise": cmd_raise, "interrupt": cmd_interrupt}[args.cmd](args)
+    return {
+        "matrix": cmd_matrix,
+        "big": cmd_big,
+        "bad-arg": cmd_bad_arg,
+        "loop": cmd_loop,
+        "timeout": cmd_timeout,
+        "raise": cmd_raise,
+        "interrupt": cmd_interrupt,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """One rank of a shrink run: all ranks loop all_reduce until one dies (UNICCL_FAULT_INJECT
 kill_at/kill_rank); the survivors shrink to a new communicator, check an all_reduce on it,
 then abort the old one.  (environment as tests/workers/chaos.py)"""
+
 import json
 import os
 import time
@@ -11,8 +12,9 @@ import uniccl
 from uniccl import UniqueId
 
 rank, size = int(os.environ["UNICCL_TEST_RANK"]), int(os.environ["UNICCL_TEST_SIZE"])
-comm = uniccl.Communicator(UniqueId.from_bytes(bytes.fromhex(os.environ["UNICCL_TEST_UID"])), rank, size,
-                           platform="cpu")
+comm = uniccl.Communicator(
+    UniqueId.from_bytes(bytes.fromhex(os.environ["UNICCL_TEST_UID"])), rank, size, platform="cpu"
+)
 x = np.ones(1 << 16, np.float32)
 row = {"rank": rank}
 try:

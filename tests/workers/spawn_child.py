@@ -1,5 +1,6 @@
 """A rank that starts a child process of its own (``sleep``) and prints both pids, then waits
 (under ``uniccl run``; the test kills the launcher with SIGKILL)."""
+
 import os
 import subprocess
 import time

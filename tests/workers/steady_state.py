@@ -1,5 +1,6 @@
 """10^4 collectives in a loop: resident memory must stay flat (no allocation per call).
 Prints one line per rank: RSS growth in KiB between call 1000 and call 10000."""
+
 import sys
 
 import numpy as np

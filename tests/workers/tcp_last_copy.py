@@ -1,6 +1,7 @@
 """Rank 1 finds the last message of the job from rank 0 damaged (a flip injected into exactly that
 message, seen late) while rank 0, whose part is done, exits at once: rank 1 must still get its copy.
 One JSON line per rank.   usage: tcp_last_copy.py BYTES   (uniccl run -n 2, UNICCL_TRANSPORT=tcp)"""
+
 import json
 import sys
 import time

@@ -3,6 +3,7 @@ UNICCL_FAULT_INJECT=flip=P (the receiver of a damaged block asks for it again, s
 retransmissions of kept 32 MiB blocks cross).  One JSON line per rank.
 
 usage: tcp_resend.py TOTAL_BYTES CALLS   (under UNICCL_TRANSPORT=tcp uniccl run -n 2)"""
+
 import json
 import sys
 import time
@@ -23,7 +24,17 @@ for i in range(calls):
     want = np.concatenate([(np.arange(block, dtype=np.float32) * (p + 1) + i).astype(np.float32) for p in range(n)])
     ok = ok and bool(np.array_equal(out, want))
 stats = comm.stats()
-print(json.dumps({"rank": r, "ok": ok, "seconds": round(time.monotonic() - t0, 2),
-                  "retransmits": stats.get("retransmits"), "retransmit_requests": stats.get("retransmit_requests"),
-                  "checksum_failures": stats.get("checksum_failures")}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": r,
+            "ok": ok,
+            "seconds": round(time.monotonic() - t0, 2),
+            "retransmits": stats.get("retransmits"),
+            "retransmit_requests": stats.get("retransmit_requests"),
+            "checksum_failures": stats.get("checksum_failures"),
+        }
+    ),
+    flush=True,
+)
 comm.destroy()

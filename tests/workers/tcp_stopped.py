@@ -6,6 +6,7 @@ its own call), the victim prints its outcome too.
 
 usage: tcp_stopped.py OP NBYTES TIMEOUT GO_FILE DONE_FILE
        (OP: a collective; NBYTES: the buffer each rank passes, or receives in all)"""
+
 import json
 import os
 import sys

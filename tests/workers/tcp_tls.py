@@ -6,6 +6,7 @@ usage: tcp_tls.py MODE [ARG]   (under UNICCL_TRANSPORT=tcp uniccl run -n N)
   canary HEX   rank 0 broadcasts 4 MiB of the ASCII pattern HEX repeated (the test looks for it on the wire)
   wrong-cert   the last rank publishes another certificate than the one it holds: it must be refused
   die          all_reduce in a loop; UNICCL_FAULT_INJECT=kill_at=..,kill_rank=.. kills one rank mid-job"""
+
 import hashlib
 import json
 import sys
@@ -56,14 +57,21 @@ try:
             if p == r:
                 continue
             tls = mesh._outs[p].tls
-            links[p] = None if tls is None else {
-                "version": tls.version(), "cipher": tls.cipher()[0], "socket": type(tls.sock).__name__,
-                "pinned": hashlib.sha256(tls.obj.getpeercert(binary_form=True)).hexdigest()
-                == mesh.table[p]["tls"]["sha256"]}
+            links[p] = (
+                None
+                if tls is None
+                else {
+                    "version": tls.version(),
+                    "cipher": tls.cipher()[0],
+                    "socket": type(tls.sock).__name__,
+                    "pinned": hashlib.sha256(tls.obj.getpeercert(binary_form=True)).hexdigest()
+                    == mesh.table[p]["tls"]["sha256"],
+                }
+            )
         row["links"] = links
     elif mode == "canary":
         pattern = sys.argv[2].encode()
-        want = np.frombuffer((pattern * ((4 << 20) // len(pattern) + 1))[:4 << 20], np.uint8)
+        want = np.frombuffer((pattern * ((4 << 20) // len(pattern) + 1))[: 4 << 20], np.uint8)
         buf = want.copy() if r == 0 else np.zeros(want.size, np.uint8)
         for _ in range(3):
             comm.broadcast(buf, root=0)

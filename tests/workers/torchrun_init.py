@@ -1,6 +1,7 @@
 """``uniccl.init()`` in a program started by torchrun (no torch.distributed needed): the
 world is torchrun's.  usage: torchrun_init.py OUT -- each rank writes OUT-<rank>.json with
 what its collectives gave (files: torchrun's merged output may run the ranks' lines together)."""
+
 import json
 import sys
 
@@ -14,5 +15,13 @@ with uniccl.init() as comm:
     g = np.empty(comm.size, np.int64)
     comm.all_gather(np.array([comm.rank * 7], np.int64), g)
     with open(f"{sys.argv[1]}-{comm.rank}.json", "w") as f:
-        json.dump({"rank": comm.rank, "size": comm.size, "local": [comm.local_rank, comm.local_size],
-                   "all_reduce": x.tolist(), "all_gather": g.tolist()}, f)
+        json.dump(
+            {
+                "rank": comm.rank,
+                "size": comm.size,
+                "local": [comm.local_rank, comm.local_size],
+                "all_reduce": x.tolist(),
+                "all_gather": g.tolist(),
+            },
+            f,
+        )

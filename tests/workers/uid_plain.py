@@ -3,6 +3,7 @@ rank 0 writes ``bytes(uniccl.get_unique_id())`` to a file, the others read it th
 usage: uid_plain.py RANK SIZE UID_FILE OUT_JSON [TIMEOUT]  (the communicator's timeout=; 0: no limit)
 Each rank all_reduces, broadcasts and all_gathers values made from its rank and writes them,
 with the transport its communicator took, to OUT_JSON."""
+
 import json
 import os
 import sys
@@ -33,7 +34,14 @@ with uniccl.Communicator(uid, rank, size, **kwargs) as comm:
     comm.broadcast(b, root=size - 1)
     g = np.empty(3 * size, np.int64)
     comm.all_gather(np.arange(3, dtype=np.int64) + 10 * rank, g)
-    result = {"rank": comm.rank, "size": comm.size, "transport": comm._tuner.transport, "timeout": comm.timeout,
-              "all_reduce": x.tolist(), "broadcast": b.tolist(), "all_gather": g.tolist()}
+    result = {
+        "rank": comm.rank,
+        "size": comm.size,
+        "transport": comm._tuner.transport,
+        "timeout": comm.timeout,
+        "all_reduce": x.tolist(),
+        "broadcast": b.tolist(),
+        "all_gather": g.tolist(),
+    }
 with open(out, "w") as f:
     json.dump(result, f)

@@ -5,6 +5,7 @@ serve  (UNICCL_METRICS_PORT set) known calls, then DIR/ready-<rank>; waits for D
 loop   all_reduces until DIR/done appears; the last rank sleeps 0.2 s before each (a slow rank)
 report all_reduces and all_gathers of 1 KiB to 4 MiB (for uniccl report)
 """
+
 import json
 import os
 import sys

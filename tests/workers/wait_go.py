@@ -1,6 +1,7 @@
 """A rank of ``uniccl run`` that prints where the job's rendezvous is, waits until GO_FILE
 exists (the test attacks that port meanwhile), then joins the world and all_reduces.
 usage: wait_go.py GO_FILE [LATE_RANK LATE_FILE]  (LATE_RANK also waits for LATE_FILE)"""
+
 import os
 import sys
 import time

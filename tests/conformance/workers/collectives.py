@@ -4,6 +4,7 @@ usage: collectives.py  (under uniccl run; the platform comes from UNICCL_PLATFOR
 Prints one JSON line per rank: cases, failures, and how often the vendor's native
 collective library was called (emulated platforms), then exits 1 on any failure.
 """
+
 import ctypes
 import json
 import sys
@@ -63,30 +64,38 @@ def main() -> int:
                 comm.reduce(a.buffer(), b.buffer(), root=root)
                 if r == root:
                     check(f"reduce {tag}", b.download(), ref_sum)
-                a.free(); b.free()  # noqa: E702
+                a.free()
+                b.free()  # noqa: E702
                 g = dev(np.zeros(n * count, t))
                 s = dev(ins[r])
                 comm.all_gather(s.buffer(), g.buffer())
                 check(f"all_gather {tag}", g.download(), np.concatenate(ins))
-                s.free(); g.free()  # noqa: E702
+                s.free()
+                g.free()  # noqa: E702
                 if count % n == 0:
                     big = [data(q, count, t, salt + 500) for q in range(n)]
                     s, o = dev(big[r]), dev(np.zeros(count // n, t))
                     comm.reduce_scatter(s.buffer(), o.buffer())
                     m = count // n
-                    check(f"reduce_scatter {tag}", o.download(),
-                          np.sum([x.astype(np.float64) for x in big], axis=0)[r * m:(r + 1) * m])
+                    check(
+                        f"reduce_scatter {tag}",
+                        o.download(),
+                        np.sum([x.astype(np.float64) for x in big], axis=0)[r * m : (r + 1) * m],
+                    )
                     o2 = dev(np.zeros(count, t))
                     comm.all_to_all(s.buffer(), o2.buffer())
-                    check(f"all_to_all {tag}", o2.download(), np.concatenate([x[r * m:(r + 1) * m] for x in big]))
-                    s.free(); o.free(); o2.free()  # noqa: E702
+                    check(f"all_to_all {tag}", o2.download(), np.concatenate([x[r * m : (r + 1) * m] for x in big]))
+                    s.free()
+                    o.free()
+                    o2.free()  # noqa: E702
                 # point to point: a ring in one group
                 snd, rcv = dev(ins[r]), dev(np.zeros(count, t))
                 with uniccl.group():
                     comm.send(snd.buffer(), (r + 1) % n)
                     comm.recv(rcv.buffer(), (r - 1) % n)
                 check(f"send/recv ring {tag}", rcv.download(), ins[(r - 1) % n])
-                snd.free(); rcv.free()  # noqa: E702
+                snd.free()
+                rcv.free()  # noqa: E702
             except Exception:
                 failures.append(f"{tag}: {traceback.format_exc()}")
     # on a stream of the caller's: the op is ordered there (native: enqueued, not waited for)
@@ -97,8 +106,11 @@ def main() -> int:
         comm.all_reduce(a.buffer())
         if stream is not None:
             be.stream_synchronize(stream)
-        check(f"all_reduce on a stream {np.dtype(t).name}", a.download(),
-              np.sum([v.astype(np.float64) for v in x], axis=0))
+        check(
+            f"all_reduce on a stream {np.dtype(t).name}",
+            a.download(),
+            np.sum([v.astype(np.float64) for v in x], axis=0),
+        )
         a.free()
     if stream is not None:
         be.stream_destroy(stream)
@@ -111,8 +123,19 @@ def main() -> int:
             ccl = be.record.module.ccl_spec.prefix.encode()  # nccl, mccl
             calls = fn(ccl + b"AllReduce")
             p2p_calls = fn(ccl + b"Send") + fn(ccl + b"Recv")
-    print(json.dumps({"rank": r, "platform": be.name, "cases": cases, "failures": failures[:5],
-                      "nccl_all_reduce_calls": calls, "nccl_p2p_calls": p2p_calls}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": r,
+                "platform": be.name,
+                "cases": cases,
+                "failures": failures[:5],
+                "nccl_all_reduce_calls": calls,
+                "nccl_p2p_calls": p2p_calls,
+            }
+        ),
+        flush=True,
+    )
     comm.destroy()
     return 1 if failures else 0
 

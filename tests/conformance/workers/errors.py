@@ -5,6 +5,7 @@ usage: errors.py (under uniccl run, on an emulated platform: rank 1 injects
 UNICCL_TEST_FAULT="<call>=<status>", a failure of the runtime's asynchronous copy
 (cudaMemcpyAsync=700, cnrtMemcpyAsync_V2=632006 …), through the emulation's control
 function)"""
+
 import ctypes
 import json
 import os
@@ -32,8 +33,13 @@ try:
     comm.all_reduce(a.buffer())
     row["error"] = None
 except uniccl.UnicclError as exc:
-    row.update(error=type(exc).__name__, message=str(exc), call=getattr(exc, "call", None),
-               code=getattr(exc, "code", None), remote_rank=getattr(exc, "remote_rank", None))
+    row.update(
+        error=type(exc).__name__,
+        message=str(exc),
+        call=getattr(exc, "call", None),
+        code=getattr(exc, "code", None),
+        remote_rank=getattr(exc, "remote_rank", None),
+    )
 a.upload(np.full(1000, r + 1.0, np.float32))
 comm.all_reduce(a.buffer())  # the communicator still works, on every rank
 row["after"] = bool(np.all(a.download() == n * (n + 1) / 2))
