@@ -65,13 +65,13 @@ def main() -> int:
                 if r == root:
                     check(f"reduce {tag}", b.download(), ref_sum)
                 a.free()
-                b.free()  # noqa: E702
+                b.free()
                 g = dev(np.zeros(n * count, t))
                 s = dev(ins[r])
                 comm.all_gather(s.buffer(), g.buffer())
                 check(f"all_gather {tag}", g.download(), np.concatenate(ins))
                 s.free()
-                g.free()  # noqa: E702
+                g.free()
                 if count % n == 0:
                     big = [data(q, count, t, salt + 500) for q in range(n)]
                     s, o = dev(big[r]), dev(np.zeros(count // n, t))
@@ -87,7 +87,7 @@ def main() -> int:
                     check(f"all_to_all {tag}", o2.download(), np.concatenate([x[r * m : (r + 1) * m] for x in big]))
                     s.free()
                     o.free()
-                    o2.free()  # noqa: E702
+                    o2.free()
                 # point to point: a ring in one group
                 snd, rcv = dev(ins[r]), dev(np.zeros(count, t))
                 with uniccl.group():
@@ -95,7 +95,7 @@ def main() -> int:
                     comm.recv(rcv.buffer(), (r - 1) % n)
                 check(f"send/recv ring {tag}", rcv.download(), ins[(r - 1) % n])
                 snd.free()
-                rcv.free()  # noqa: E702
+                rcv.free()
             except Exception:
                 failures.append(f"{tag}: {traceback.format_exc()}")
     # on a stream of the caller's: the op is ordered there (native: enqueued, not waited for)
