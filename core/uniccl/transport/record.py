@@ -19,5 +19,17 @@ assert DEVRED == RECORD_WORDS - 1, "the fields above fill the C engine's record 
 RECORD_BYTES = 8 * RECORD_WORDS
 RECORD = struct.Struct(f"<{RECORD_WORDS}q")  # a record as bytes (little-endian int64 words)
 
-__all__ = ["COLL", "COUNT", "DEVRED", "DTYPE", "ERR", "NATIVE", "OP", "RECORD", "RECORD_BYTES", "RECORD_WORDS",
-           "RING_ORDER_FLAG", "ROOT"]
+__all__ = [
+    "COLL",
+    "COUNT",
+    "DEVRED",
+    "DTYPE",
+    "ERR",
+    "NATIVE",
+    "OP",
+    "RECORD",
+    "RECORD_BYTES",
+    "RECORD_WORDS",
+    "RING_ORDER_FLAG",
+    "ROOT",
+]

@@ -1,0 +1,114 @@
+"""What the parts of the :class:`~uniccl.transport.tcp.mesh.Mesh` share: the receive requests
+it matches, what it knows of its peers' processes, and :class:`_MeshBase`, which declares the
+state the parts (sender, integrity, control, the mesh itself) read in common and the methods
+one part calls in another.  :class:`Mesh` combines them; its ``__init__`` sets all the state.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+
+def _proc_state(pid: int, start) -> str:
+    """The state letter of process ``pid`` in /proc ('T': stopped), "" when it is not there or
+    is another process than the one started at ``start`` (clock ticks since boot)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    if start is not None and (len(fields) < 20 or int(fields[19]) != start):
+        return ""
+    return fields[0].decode()
+
+
+def _start_time() -> int | None:
+    """This process's start time in /proc (clock ticks since boot): with the pid, names it."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Recv:
+    """A posted receive: into memory at ``ptr`` (``nbytes`` max) or, ptr None, into bytes."""
+
+    __slots__ = ("ptr", "nbytes", "done", "error", "truncated", "data", "peer", "stamp")
+
+    def __init__(self, ptr, nbytes, peer=-1):
+        self.ptr, self.nbytes, self.peer = ptr, nbytes, peer
+        self.done = threading.Event()
+        self.error = None
+        self.truncated = False
+        self.data = None
+        self.stamp = None
+
+
+class _Payload(bytearray):
+    """A message that arrived before its receive was posted, with the stamp it came with."""
+
+    __slots__ = ("stamp",)
+    stamp: bytes | None
+
+
+class _Flushed(Exception):
+    """A receive ended because the ranks' records of its call differ (see TCPTransport)."""
+
+
+_SENT = None  # sends complete in the caller's thread: their request is nothing to wait for
+
+
+class _MeshBase:
+    """The state and methods the Mesh's parts use in common (declared here, set by
+    ``Mesh.__init__``; what only one part reads, that part declares), and what a rank
+    knows of its peers: where they are, whether their process is stopped."""
+
+    rank: int
+    table: list  # per job rank: what it published through the rendezvous (address, host, pid, ...)
+    _host: str  # this host (host_key())
+    closed: bool
+    checksums: bool
+    links: list[list[int]] | None
+    _outs: list  # per peer: _Out, the sending side of its connection
+    _lock: threading.Lock  # held while the matching state changes (_posted, _unexpected, _dead, _aborted, ...)
+    _posted: dict  # (peer, ctx, tag) -> deque of _Recv
+    _dead: dict  # peer -> reason
+    _aborted: dict  # context base -> error
+
+    def where(self, peer: int) -> str:
+        t = self.table[peer]
+        return f"rank {peer} ({t['hostname']} {t['addr']}, pid {t['pid']})"
+
+    def _stopped(self, peer: int) -> str:
+        """'is stopped (...)' when ``peer`` runs on this host and its process is stopped (SIGSTOP,
+        a debugger), else ''."""
+        t = self.table[peer]
+        if t.get("host") != self._host:
+            return ""
+        state = _proc_state(t["pid"], t.get("start"))
+        if state in ("T", "t"):
+            return f"is stopped (state {state} in /proc/{t['pid']}/stat: a SIGSTOP or a debugger)"
+        return ""
+
+    if TYPE_CHECKING:  # defined by one part, called by another (Mesh combines them)
+        # mesh.Mesh: the matching of messages to receives
+        def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv: ...
+
+        def _arrived(self, peer, ctx, tag, payload) -> None: ...
+
+        # sender._Sender: the sending side of the connections
+        def _kick(self, out, job=None) -> None: ...
+
+        def _notice(self, peer: int, data: bytes) -> None: ...
+
+        def _try_send(self, peer: int, data: bytes, wait: float) -> bool: ...
+
+        # integrity._Integrity: the copies kept for retransmission
+        def _checked(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> tuple: ...
+
+        def _copy_of(self, peer: int, msg_id: int) -> tuple: ...
+
+        # control._Control: the answers to a peer's questions
+        def _answer_sync(self, peer: int) -> None: ...
