@@ -26,6 +26,7 @@ from ..._errors import InternalError, RemoteError, Timeout
 from ...bootstrap.rendezvous import bind_address, rendezvous
 from ...reliability.timeout import default_timeout
 from ..net import host_key, route_address
+from ..record import RECORD_BYTES
 from .base import _SENT, _Flushed, _Payload, _Recv, _start_time
 from .control import _Control
 from .integrity import _checksums, _Integrity, _Kept, _RxState
@@ -369,7 +370,7 @@ class Mesh(_Sender, _Integrity, _Control):
         key = (peer, ctx, tag)
         with self._lock:
             if stamp is not None:
-                self._observe(ctx, tag, stamp[:64])
+                self._observe(ctx, tag, stamp[:RECORD_BYTES])
             req = rx.current = self._take_posted(key)
         fault = self.faults.on_message(peer) if self.faults is not None and flags & _CHECKED else ""
         if fault == "delay":

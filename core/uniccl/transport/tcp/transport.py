@@ -15,6 +15,7 @@ from typing import cast
 import numpy as np
 
 from ..._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from ..record import RECORD_BYTES
 from .base import _SENT, _Flushed, _Recv
 from .control import _SILENT
 from .mesh import Mesh
@@ -126,7 +127,7 @@ class TCPTransport:
             if stamp is None or not stamp.startswith(self._own):
                 self._mismatch()
             if self._masked and self._mask != self._full_mask:
-                mask = self._mask | _MASK.unpack_from(stamp, 64)[0]
+                mask = self._mask | _MASK.unpack_from(stamp, RECORD_BYTES)[0]
                 if mask != self._mask:
                     self._mask = mask
                     self._stamp = cast(bytes, self._own) + _MASK.pack(mask)  # (active: announced)
@@ -160,7 +161,7 @@ class TCPTransport:
     # difference, seen by any rank, every rank exchanges full records, judges, drops what was
     # sent ahead (flush) and raises alike, and the communicator stays usable.
     def announce(self, seq: int, tag: int, record: bytes, full: bytes, light: bool, mismatched) -> None:
-        """Start call ``seq`` (data tag ``tag``): ``record`` (64 bytes) is what must agree, ``full``
+        """Start call ``seq`` (data tag ``tag``): ``record`` (``transport.record``) is what must agree, ``full``
         adds this rank's error if it has one; ``mismatched()`` judges (and raises) once records differ."""
         mesh, me = self.mesh, self.rank
         self._seq, self._tag, self._own, self._full, self._light = seq, tag, record, full, light

@@ -14,6 +14,8 @@ import hashlib
 import struct
 import time
 
+from ..record import RECORD_BYTES
+
 _HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
 _CHECKED, _RETRANSMIT, _GONE = 1, 2, 4  # flags: the CRC is valid; a message sent again; asked for but no longer held
 _NACK = struct.Struct("<Q")  # the payload of a request to send message id again
@@ -33,7 +35,7 @@ _ASKED = frozenset((_PROBE_TAG, _PROBED_TAG, _SYNC_TAG, _SYNCED_TAG))  # the rea
 _Q = struct.Struct("<q")
 _MASK = struct.Struct("<Q")  # a stamp's ranks (bit r: rank r's record matched)
 _STAMPED = 8  # flag: the stamp area holds a stamp (the call's record, the ranks matched so far)
-_STAMP = 72  # bytes: the 64-byte record and a 64-bit mask of ranks
+_STAMP = RECORD_BYTES + 8  # bytes: the call's record and a 64-bit mask of ranks
 _NO_STAMP = bytes(_STAMP)
 _HEAD = _HDR.size + _STAMP  # every message starts so: one read gets the header and the stamp
 _REC_BASE, _SLOW_BASE = 1 << 28, 1 << 29  # control-context tags of a call's records: base + data tag
