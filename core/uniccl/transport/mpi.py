@@ -13,6 +13,7 @@ import socket
 import time
 
 from .._errors import InternalError, InvalidArgument, Timeout
+from .base import Transport
 from .record import RECORD_BYTES  # one rank's record of a call (Communicator._run_announced)
 
 
@@ -55,7 +56,7 @@ def library() -> dict:
     }
 
 
-class MPITransport:
+class MPITransport(Transport):
     """Non-blocking byte transfers between the ranks of one MPI communicator.
 
     ``data`` carries collective traffic, ``p2p`` the user's send/recv, so the two
@@ -64,6 +65,10 @@ class MPITransport:
     """
 
     name = "mpi"
+    # MPI has no way to end a peer's wait early (no abort notice, no shrink): a peer learns of an
+    # aborted or failed rank when its own wait's timeout ends (the base class's defaults)
+    can_abort = False
+    can_shrink = False
 
     def __init__(self, mpi_comm):
         MPI = mpi()
@@ -269,7 +274,7 @@ class MPITransport:
         self.data.Set_errhandler(MPI.ERRORS_RETURN)
         old.Free()
 
-    # control: small traffic, the same interface as TCPTransport's
+    # control: small traffic (Transport.bcast_obj and the rest)
     def bcast_obj(self, obj, root: int = 0):
         return self.ctrl.bcast(obj, root=root)
 

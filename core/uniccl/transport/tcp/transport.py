@@ -15,6 +15,7 @@ from typing import cast
 import numpy as np
 
 from ..._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from ..base import Transport
 from ..record import RECORD_BYTES
 from .base import _SENT, _Flushed, _Recv
 from .control import _SILENT
@@ -22,11 +23,13 @@ from .mesh import Mesh
 from .wire import _CTRL_TAG_BASE, _FLUSH_TAG, _MASK, _REC_BASE, _SLOW_BASE, _T, CTRL, DATA, P2P, derive_context
 
 
-class TCPTransport:
+class TCPTransport(Transport):
     """One communicator's view of the mesh: its ranks (world ranks in communicator
-    order) and its contexts.  Same interface as :class:`uniccl.transport.mpi.MPITransport`."""
+    order) and its contexts.  A :class:`uniccl.transport.base.Transport`."""
 
     name = "tcp"
+    can_abort = True  # abort notices end every member's waits at once
+    can_shrink = True
     tag_ub = (1 << 30) - 1
     data, p2p = DATA, P2P
     # the announced call (see announce): None until the first one
