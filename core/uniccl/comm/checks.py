@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._errors import InvalidArgument
 from .._types import DLDeviceType, ReduceOp, dtype_name, op_from_any
+from . import device as _device
 from ._buffer import as_buffer
 
 _OP_CHOICES = ", ".join(o.name.lower() for o in ReduceOp)
@@ -31,7 +32,7 @@ def buffer(comm, obj, op: str, argument: str, writable: bool):
                 rank=comm.rank,
                 argument=argument,
             )
-        return comm._stage(buf, device, argument, writable)
+        return _device.stage(comm, buf, device, argument, writable)
     return buf
 
 

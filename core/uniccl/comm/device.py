@@ -51,6 +51,16 @@ class Staged:
         self.device, self.slot, self.writable = device, slot, writable
 
 
+def stage(comm, view, device: int, argument: str, writable: bool) -> Staged:
+    """A claimed device buffer of the call being checked on ``comm`` (the plan gets the
+    calling thread's list of them), staged through a host mirror unless the native path runs."""
+    staged = Staged(view, device, argument, writable)
+    if comm._staging.list is None:
+        comm._staging.list = []
+    comm._staging.list.append(staged)
+    return staged
+
+
 class Slots:
     """Buffers kept per slot, grown as needed: no allocation per call in steady state.  By
     default host buffers from a platform's ``host_alloc`` (pinned on device platforms): the

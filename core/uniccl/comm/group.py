@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+from time import perf_counter_ns
 
-from .._errors import InvalidUsage
+from .._errors import InvalidUsage, UnicclError
+from . import outcome as _outcome
 from .executor import Work
 
 _state = threading.local()
@@ -40,11 +43,11 @@ class _Group:
         try:
             for comm, plan, work in self.items:
                 if plan.p2p:
-                    t0 = comm._p2p_begin(plan)  # counted, traced and recorded like any call
+                    t0 = _p2p_begin(comm, plan)  # counted, traced and recorded like any call
                     try:
                         started.append((comm, plan, work, plan.post(), t0))
                     except BaseException as exc:
-                        work._finish(error=comm._p2p_end(plan, t0, exc))
+                        work._finish(error=_p2p_end(comm, plan, t0, exc))
         finally:
             for lib in natives:
                 lib.group_end()
@@ -56,12 +59,12 @@ class _Group:
                     work._finish(error=exc)
         for comm, plan, work, req, t0 in started:
             try:
-                comm._p2p_timeout(plan)  # each transfer waits as long as its own timeout= says
+                _p2p_timeout(comm, plan)  # each transfer waits as long as its own timeout= says
                 plan.finish(req)
             except BaseException as exc:
-                work._finish(error=comm._p2p_end(plan, t0, exc))
+                work._finish(error=_p2p_end(comm, plan, t0, exc))
             else:
-                comm._p2p_end(plan, t0)
+                _p2p_end(comm, plan, t0)
                 work._finish(result=None)
         errors = [w._error for _, _, w in self.items if w._error is not None]
         if errors:
@@ -70,6 +73,44 @@ class _Group:
     def discard(self) -> None:
         for _, plan, work in self.items:
             work._finish(error=InvalidUsage("the group block raised before it ended; nothing was run", op=plan.name))
+
+
+def _p2p_begin(comm, plan) -> int:
+    """A send or recv of a ``uniccl.group()`` block starts (the group posts it, outside
+    ``_execute``): its flight-recorder entry and its clock, as ``_execute`` keeps them."""
+    comm._flight.started(plan.entry, None, plan, False)
+    _p2p_timeout(comm, plan)
+    return perf_counter_ns() if comm._tracer is None else time.time_ns()
+
+
+def _p2p_timeout(comm, plan) -> None:
+    """The waits of a group's send or recv obey its own ``timeout=`` (else the communicator's)."""
+    timeout = comm.timeout if plan.timeout is None else plan.timeout
+    if timeout != comm._timeout_set:
+        comm._set_timeout(timeout)
+
+
+def _p2p_end(comm, plan, t0: int, exc: BaseException | None = None) -> BaseException | None:
+    """... and ends: counted in the telemetry and the trace like any call, its entry
+    completed or failed.  Returns the error to report (``outcome.failed``'s, for a uniccl error)."""
+    tracer = comm._tracer
+    t1 = perf_counter_ns() if tracer is None else time.time_ns()
+    if exc is None:
+        comm._flight.finished(plan.entry)
+        if comm._telemetry is not None:
+            comm._telemetry.record(plan.name, plan.nbytes, t1 - t0)
+        if tracer is not None:
+            _outcome.trace_call(comm, plan, None, t0, t1)
+        return None
+    if comm._telemetry is not None:
+        comm._telemetry.failure(plan.name)
+    if tracer is not None:
+        _outcome.trace_call(comm, plan, None, t0, t1, failed=type(exc).__name__)
+    if isinstance(exc, UnicclError):
+        comm._in_data = False  # point-to-point errors stay between the two ranks
+        return _outcome.failed(comm, plan, None, comm.timeout if plan.timeout is None else plan.timeout, exc)
+    comm._flight.finished(plan.entry, exc)
+    return exc
 
 
 def current() -> _Group | None:

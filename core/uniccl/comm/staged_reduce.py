@@ -17,6 +17,7 @@ import ctypes
 import numpy as np
 
 from .._types import FLOATING, DType, MemcpyKind, ReduceOp
+from . import plans as _plans
 
 COLLECTIVES = frozenset(("all_reduce", "reduce", "reduce_scatter"))
 
@@ -46,13 +47,13 @@ def run(comm, plan, seq: int):
     gathered = comm._mirrors.get("gathered", n * block)
     root = plan.root
     if name == "all_reduce":
-        inner = comm._plan_all_gather(_bytes(send.ptr, block), _bytes(gathered, n * block))
+        inner = _plans.all_gather(comm, _bytes(send.ptr, block), _bytes(gathered, n * block))
     elif name == "reduce":
-        inner = comm._plan_gather(
-            _bytes(send.ptr, block), _bytes(gathered, n * block) if comm.rank == root else None, root
+        inner = _plans.gather(
+            comm, _bytes(send.ptr, block), _bytes(gathered, n * block) if comm.rank == root else None, root
         )
     else:  # reduce_scatter: block j of every rank comes to rank j
-        inner = comm._plan_all_to_all(_bytes(send.ptr, n * block), _bytes(gathered, n * block))
+        inner = _plans.all_to_all(comm, _bytes(send.ptr, n * block), _bytes(gathered, n * block))
     comm._run_host(inner, seq)
     if name == "reduce" and comm.rank != root:
         return None

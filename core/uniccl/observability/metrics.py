@@ -43,7 +43,7 @@ def serve(comm) -> int | None:
     port = port_for(comm.local_rank)
     if port is None:
         return None
-    if comm._telemetry is None:
+    if comm.telemetry is None:
         _log.warn("UNICCL_METRICS_PORT is set but UNICCL_TELEMETRY is off: no metrics served")
         return None
     if port > 65535:
@@ -116,9 +116,9 @@ class _Collector:
         meshes = set()
         for ref in list(_comms):
             comm = ref()
-            if comm is None or comm._destroyed or comm._telemetry is None:
+            if comm is None or comm.destroyed or comm.telemetry is None:
                 continue
-            t, name, rank = comm._telemetry, comm._name, str(comm.rank)
+            t, name, rank = comm.telemetry, comm.name, str(comm.rank)
             for (op, k), st in list(t.ops.items()):
                 lv = [name, rank, op, _tel.size_label(k)]
                 calls.add_metric(lv, st.calls)
@@ -128,7 +128,7 @@ class _Collector:
                 latency.add_metric(lv, buckets, st.ns / 1e9)
             for op, n in list(t.failed.items()):
                 failed.add_metric([name, rank, op], n)
-            mesh = getattr(comm._t, "mesh", None)
+            mesh = comm.mesh
             if mesh is not None and mesh.links is not None and id(mesh) not in meshes:
                 meshes.add(id(mesh))
                 for peer, (tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_t, rx_t) in enumerate(mesh.links):

@@ -151,15 +151,14 @@ class _Writer:
 
     def _comm(self, c, now: float) -> dict:
         out = {
-            "name": c._name,
+            "name": c.name,
             "rank": c.rank,
             "size": c.size,
-            "transport": c._tuner.transport,
-            "calls": c._seq,
-            "destroyed": c._destroyed,
+            "transport": c.tuner.transport,
+            "calls": c.calls,
+            "destroyed": c.destroyed,
         }
-        entries = c._flight.entries
-        last = entries[-1] if entries else None
+        last = c.last_operation()
         if last is not None:
             state = last[_fl.STATE]
             out["op"], out["seq"], out["state"] = last[_fl.OP], last[_fl.SEQ], state
@@ -167,17 +166,16 @@ class _Writer:
             out["for_s"] = max(0.0, now - since) if since else None
             if last[_fl.ERROR]:
                 out["error"] = last[_fl.ERROR]
-        t = c._telemetry
+        t = c.telemetry
         if t is not None:  # bus bytes moved since the last write, over the time since then
             bus = sum(s.nbytes * _tel.bus_factor(op, c.size) for (op, _), s in list(t.ops.items()))
             t0, b0 = self.prev.get(id(c), (now, bus))
             self.prev[id(c)] = (now, bus)
             out["busbw_GBps"] = (bus - b0) / (now - t0) / 1e9 if now > t0 else 0.0
-        mesh = getattr(c._t, "mesh", None)
+        mesh = c.mesh
         if mesh is not None:
             out["retransmits"] = mesh.stats["retransmits"] + mesh.stats["retransmit_requests"]
-            waiting = mesh.waiting
-            if waiting is not None and waiting[0] in c._t.members:
-                out["waiting_on"] = c._t.members.index(waiting[0])
-                out["waiting_s"] = max(0.0, time.monotonic() - waiting[1])
+            waiting = c.waiting_on()
+            if waiting is not None:
+                out["waiting_on"], out["waiting_s"] = waiting
         return out

@@ -97,7 +97,7 @@ class Tracer:
         }
         path = os.path.join(self.dir, f"uniccl-trace-r{self.rank}.json")
         _write_json(path, {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})
-        stats = self.final + [c.stats() for c in (r() for r in self.comms) if c is not None and not c._destroyed]
+        stats = self.final + [c.stats() for c in (r() for r in self.comms) if c is not None and not c.destroyed]
         _write_json(os.path.join(self.dir, f"uniccl-stats-r{self.rank}.json"), {"rank": self.rank, "comms": stats})
         return path
 
@@ -153,7 +153,7 @@ def _align(comm, rounds: int = 8) -> tuple[float, float]:
                 comm.recv(buf, 0)
                 buf[0] = time.time_ns() / 1e3
                 comm.send(buf, 0)
-    table = comm._t.bcast_obj([(0.0, 0.0)] + best[1:] if comm.rank == 0 else None)
+    table = comm.broadcast_object([(0.0, 0.0)] + best[1:] if comm.rank == 0 else None)
     rtt, offset = table[comm.rank]
     return float(offset), float(rtt if rtt != float("inf") else 0.0)
 

@@ -605,14 +605,13 @@ def last_path(comm, collective: str, nbytes: int) -> str:
         return "local"
     from ..observability import flight as _flight
 
-    entries = getattr(getattr(comm, "_flight", None), "entries", None)
+    last = getattr(comm, "last_operation", None)
+    entry = last() if last is not None else None
     path = None
-    if entries:
-        entry = entries[-1]
-        if entry[_flight.OP] == collective:
-            path = entry[_flight.PATH]
+    if entry is not None and entry[_flight.OP] == collective:
+        path = entry[_flight.PATH]
     if not path:
-        tuner = getattr(comm, "_tuner", None)
+        tuner = getattr(comm, "tuner", None)
         if tuner is None:
             return "?"
         path = tuner.choose(collective, nbytes)
@@ -731,8 +730,8 @@ def launcher_name() -> str:
 def transport_facts(comm) -> dict:
     """How the ranks talk: the data transport the tuner chose and why, how they met
     (bootstrap "tcp" or "mpi") and, only when MPI is in use, which MPI."""
-    tuner = getattr(comm, "_tuner", None)
-    boot = getattr(getattr(comm, "_t", None), "name", None)
+    tuner = getattr(comm, "tuner", None)
+    boot = getattr(comm, "bootstrap", None)
     info = {
         "transport": getattr(tuner, "transport", None) or comm.stats().get("transport"),
         "transport_why": getattr(tuner, "transport_why", None),
@@ -1034,7 +1033,7 @@ def _take_down(comm, reason: str) -> None:
     """Peers may be waiting for this rank in a collective: end the job's waits."""
     if comm.size < 2:
         return
-    if getattr(getattr(comm, "_t", None), "name", None) == "mpi":
+    if getattr(comm, "bootstrap", None) == "mpi":
         from ..transport.mpi import mpi
 
         mpi().COMM_WORLD.Abort(1)  # MPI's own waits cannot be cancelled otherwise

@@ -101,7 +101,7 @@ def all_ranks(as_json: bool = False) -> int:
     from ..comm.world import init
 
     with init() as comm:
-        probe = comm._backend.record.probe
+        probe = comm.platform_probe
         devices = probe.get("devices") or [{}]
         dev = devices[comm.device] if comm.device < len(devices) else {}
         row = {
@@ -111,11 +111,11 @@ def all_ranks(as_json: bool = False) -> int:
             "device": comm.device,
             "device_name": dev.get("name", ""),
             "local_rank": comm.local_rank,
-            "transport": comm._tuner.transport,
-            "native": comm._native.name if comm._native else "",
+            "transport": comm.tuner.transport,
+            "native": comm.native_library or "",
             "kernels": str(probe.get("kernels", "")),
         }
-        rows = comm._t.allgather_obj(row) if comm.size > 1 else [row]
+        rows = comm.all_gather_object(row)
     if rows[0]["rank"] == comm.rank == 0 or comm.size == 1:
         if as_json:
             print(json.dumps(rows, indent=2))

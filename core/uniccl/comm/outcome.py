@@ -1,0 +1,87 @@
+"""What a finished call leaves behind beyond its result: its span in the trace (with the
+shared-memory engine's transfers under it) and, for a failure, the error as the caller sees
+it: named after the call, a timeout saying what it waited for, the peers told where they
+would otherwise wait, and the flight recorder written.  Called by ``Communicator._execute``
+and by a group's point-to-point transfers (:mod:`.group`); the functions take the communicator.
+"""
+
+from __future__ import annotations
+
+from .._errors import InvalidArgument, RemoteError, Timeout, UnicclError
+from ..observability import flight as _fl
+from ..observability.log import logger
+
+
+def trace_call(comm, plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
+    """The call's span in the trace (UNICCL_TRACE), with the engine's transfers under it."""
+    tracer = comm._tracer  # called only when tracing
+    entry = plan.entry
+    path = entry[_fl.PATH] if entry is not None else ""
+    args = {
+        "communicator": comm._name,
+        "seq": seq,
+        "bytes": plan.nbytes,
+        "path": path if isinstance(path, str) else f"{path.transport} {path.algorithm}".strip(),
+    }
+    if failed:
+        args["failed"] = failed
+    if plan.p2p:
+        args["peer"] = plan.root
+    if comm._engine is not None:
+        try:
+            events, dropped = comm._engine.take_events()
+        except UnicclError:  # the engine was closed (abort): nothing more to take
+            events, dropped = [], 0
+        if dropped:
+            args["transfers_not_traced"] = dropped
+        for kind, peer, nbytes, e0, e1 in events:
+            track = "reduce" if peer < 0 else f"{kind} {'to' if kind == 'write' else 'from'} rank {peer}"
+            tracer.span("transfer", track, e0, e1, {"bytes": nbytes, "kind": kind, "peer": peer, "seq": seq})
+    tracer.span(plan.name, "calls", t0, t1, args)
+
+
+def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
+    """Record a failed call; a timeout names the call, its number and what it waited for.
+    Failures that involve peers leave the flight recorder in UNICCL_DUMP_DIR."""
+    if isinstance(exc, Timeout) and getattr(exc, "seq", None) is None:
+        cause, remote = exc.message, getattr(exc, "remote_rank", None)
+        missing = list(getattr(exc, "missing_ranks", None) or ())
+        what = (
+            f"call #{seq} on this communicator"
+            if seq is not None
+            else f"{'from' if plan.name == 'recv' else 'to'} rank {plan.root}"
+        )
+        exc = Timeout(
+            f"{plan.name} ({what}) did not complete: {cause}",
+            op=plan.name,
+            rank=comm.rank,
+            seq=seq,
+            timeout=timeout,
+            missing_ranks=missing,
+        )
+        fail = getattr(comm._t, "fail", None)
+        if fail is not None and remote is None:
+            fail(cause, missing)  # TCP: the peers learn it now, not at their own timeouts
+    else:
+        if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
+            exc = type(exc)(exc.message, op=plan.name, rank=comm.rank, argument=exc.argument, **exc.extra)
+        died = getattr(comm._t, "peer_died", None)
+        if (
+            died is not None
+            and isinstance(exc, RemoteError)
+            and exc.extra.get("remote_rank") is not None
+            and exc.extra.get("remote_type") in ("ConnectionError", "died")
+        ):
+            # TCP: tell every survivor (one may wait for another survivor, not for the dead rank);
+            # before any abort notice of ours, so that they learn the cause, not just "aborted"
+            died(exc.message, exc.extra["remote_rank"])
+        elif comm._in_data and not isinstance(exc, RemoteError) and getattr(comm._t, "failed", None):
+            # failed while moving data (not in the agreement, which every rank settles alike):
+            # the peers would wait for our part; TCP tells them now (shm: the engine's abort record)
+            comm._t.failed(f"{type(exc).__name__}: {exc.message}")
+    comm._flight.finished(plan.entry, exc)
+    if not isinstance(exc, InvalidArgument):
+        path = comm._flight.dump(reason=type(exc).__name__, error=exc)
+        if path:
+            logger.warning("rank %d: %s; flight recorder written to %s", comm.rank, type(exc).__name__, path)
+    return exc
