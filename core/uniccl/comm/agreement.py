@@ -19,7 +19,6 @@ as its ``_agree``, ``_run_fused`` and ``_run_announced`` (what ``_execute_locked
 from __future__ import annotations
 
 import pickle
-import struct
 import weakref
 
 import numpy as np
@@ -27,6 +26,7 @@ import numpy as np
 from .._errors import InvalidUsage, RemoteError
 from .._types import DType, ReduceOp, dtype_name
 from ..observability import flight as _fl
+from ..transport.record import COLL, COUNT, DEVRED, DTYPE, ERR, NATIVE, OP, RECORD, RECORD_BYTES, RECORD_WORDS, ROOT
 from .plans import RING_ORDER, Plan
 
 _COLL_IDS = {
@@ -47,8 +47,9 @@ _COLL_IDS = {
 }
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # The fields of a record (indexes into it).
-H_ERR, H_COLL, H_DTYPE, H_COUNT, H_OP, H_ROOT, H_NATIVE, H_DEVRED = range(8)
-HEADER_WORDS = 8  # the record the shm engine exchanges
+# the record's fields and size: transport.record (its size is the C engine's UC_SHM_RECORD_WORDS)
+H_ERR, H_COLL, H_DTYPE, H_COUNT, H_OP, H_ROOT, H_NATIVE, H_DEVRED = ERR, COLL, DTYPE, COUNT, OP, ROOT, NATIVE, DEVRED
+HEADER_WORDS = RECORD_WORDS
 # H_NATIVE: the vendor library this rank would run the call with (0: none); H_DEVRED: 1 when
 # this rank would reduce staged device buffers with its kernels.  Ranks of a mixed-vendor job
 # may differ in both: a path is taken only when every rank asks for the same one.
@@ -65,7 +66,7 @@ _AGREE = {
     "gather": (H_DTYPE, H_COUNT, H_ROOT),
     "scatter": (H_DTYPE, H_COUNT, H_ROOT),
 }
-_RECORD = struct.Struct(f"<{HEADER_WORDS}q")  # a call's record as bytes (TCP: fields not agreed on are -1)
+_RECORD = RECORD  # a call's record as bytes (TCP: fields not agreed on are -1)
 # Algorithms over which the stamps of a TCP call reach every rank (see TCPTransport.announce).
 _COVERING = {
     "all_reduce": ("ring", "recursive_doubling"),
@@ -174,7 +175,7 @@ class Mismatched:
         assert comm is not None and plan is not None  # set by run_announced before the call's announce
         comm._in_data = False
         recs = comm._t.records()
-        n = HEADER_WORDS * 8
+        n = RECORD_BYTES
         for p, rec in enumerate(recs):
             comm._hdrs[p] = np.frombuffer(rec[:n], np.int64)
         comm._t.flush()

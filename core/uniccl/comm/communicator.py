@@ -178,7 +178,7 @@ class Communicator(CommunicatorViews):
         _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
         for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR", "UNICCL_STATUS_DIR"):
             _log.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
-        mesh = getattr(self._t, "mesh", None)
+        mesh = self._t.mesh  # TCP's connections (None under MPI)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message
         if self._engine is not None and self._tracer is not None:
@@ -248,9 +248,8 @@ class Communicator(CommunicatorViews):
         logger.warning("%s", why)
         if self._engine is not None:
             self._engine.abort(why)
-        abort = getattr(self._t, "abort", None)
-        if abort is not None:
-            abort(reason)  # peers say "rank r (host, pid) aborted the communicator: <reason>"
+        # with can_abort (TCP) the peers say "rank r (host, pid) aborted the communicator: <reason>"
+        self._t.abort(reason)
         if self._native_comm is not None:
             assert self._native is not None  # it made the communicator
             try:
@@ -374,14 +373,13 @@ class Communicator(CommunicatorViews):
         ``abort()`` (which may close the connections it needs).  Needs the TCP bootstrap
         (``uniccl run``, or a unique id): MPI cannot survive a dead rank.  ``timeout``: how long
         to wait for each survivor's view of who is alive."""
-        shrink = getattr(self._t, "shrink", None)
-        if shrink is None:
+        if not self._t.can_shrink:
             raise InvalidUsage(
                 f"shrink() needs the TCP bootstrap; this communicator runs over {self._t.name}",
                 op="shrink",
                 rank=self.rank,
             )
-        transport = shrink(_check_timeout(timeout, "shrink", self.rank))
+        transport = self._t.shrink(_check_timeout(timeout, "shrink", self.rank))
         self._shrunk = getattr(self, "_shrunk", 0) + 1
         logger.info("rank %d: shrink: %d of %d ranks survive", self.rank, transport.size, self.size)
         return Communicator._over(transport, self.platform, self.timeout, f"{self._name}.shrink{self._shrunk}")
@@ -458,9 +456,7 @@ class Communicator(CommunicatorViews):
     def _set_timeout(self, timeout: float) -> None:
         if self._engine is not None:
             self._engine.set_timeout(timeout)
-        set_timeout = getattr(self._t, "set_timeout", None)
-        if set_timeout is not None:  # (TCP and MPI; an MPI wait with a limit polls: see _mpi)
-            set_timeout(timeout)
+        self._t.set_timeout(timeout)  # (an MPI wait with a limit polls: see transport.mpi)
         self._timeout_set = timeout
 
     def _execute_locked(self, plan: Plan):
@@ -479,7 +475,7 @@ class Communicator(CommunicatorViews):
             h[H_NATIVE] = h[H_DEVRED] = 0
         self._in_data = False
         if self.size > 1:
-            if self._engine is None and self._host_only and self._hier is None and hasattr(self._t, "announce"):
+            if self._engine is None and self._host_only and self._hier is None and self._t.announces:
                 return self._run_announced(plan, seq)
             if (
                 plan.shm_agreed is not None

@@ -59,23 +59,21 @@ def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
             timeout=timeout,
             missing_ranks=missing,
         )
-        fail = getattr(comm._t, "fail", None)
-        if fail is not None and remote is None:
-            fail(cause, missing)  # TCP: the peers learn it now, not at their own timeouts
+        if comm._t.can_abort and remote is None:
+            comm._t.fail(cause, missing)  # TCP: the peers learn it now, not at their own timeouts
     else:
         if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
             exc = type(exc)(exc.message, op=plan.name, rank=comm.rank, argument=exc.argument, **exc.extra)
-        died = getattr(comm._t, "peer_died", None)
         if (
-            died is not None
+            comm._t.can_abort
             and isinstance(exc, RemoteError)
             and exc.extra.get("remote_rank") is not None
             and exc.extra.get("remote_type") in ("ConnectionError", "died")
         ):
             # TCP: tell every survivor (one may wait for another survivor, not for the dead rank);
             # before any abort notice of ours, so that they learn the cause, not just "aborted"
-            died(exc.message, exc.extra["remote_rank"])
-        elif comm._in_data and not isinstance(exc, RemoteError) and getattr(comm._t, "failed", None):
+            comm._t.peer_died(exc.message, exc.extra["remote_rank"])
+        elif comm._in_data and not isinstance(exc, RemoteError) and comm._t.can_abort:
             # failed while moving data (not in the agreement, which every rank settles alike):
             # the peers would wait for our part; TCP tells them now (shm: the engine's abort record)
             comm._t.failed(f"{type(exc).__name__}: {exc.message}")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from .._errors import InvalidArgument
 from .._types import FLOATING, DType, MemcpyKind, ReduceOp
+from ..transport.record import RING_ORDER_FLAG
 from . import algorithms as alg
 from . import checks as chk
 from . import device as _device
 from . import group as _group
 
 RING_ORDER = -2  # a reduce_scatter's root field (in its record) when it combines in gloo's ring order
-_SHM_RING_ORDER = 0x100  # ... and the flag on its op for the shm engine (shm_engine.h UC_SHM_RING_ORDER)
+_SHM_RING_ORDER = RING_ORDER_FLAG  # ... and the flag on its op for the shm engine (from shm_engine.h)
 # The op the kernels see: AVG is SUM with a scale (before it for floats, after for integers).
 _KERNEL_OP = {op: int(ReduceOp.SUM if op == ReduceOp.AVG else op) for op in ReduceOp}
 

@@ -15,6 +15,7 @@ from .._plugins import Backend
 from ..hookspecs import NativeCollectives
 from ..observability import telemetry as _tel
 from ..observability.flight import FlightRecorder
+from ..transport.base import Transport
 from .tuner import Tuner
 
 
@@ -31,7 +32,7 @@ class CommunicatorViews:
     _tuner: Tuner
     _telemetry: Any  # observability.telemetry.Telemetry (compiled), or None: off
     _flight: FlightRecorder
-    _t: Any  # the transport (TCP or MPI)
+    _t: Transport  # TCP or MPI (transport.base: capabilities are its members)
     _engine: Any  # the shared-memory engine, or None
 
     @property
@@ -90,7 +91,7 @@ class CommunicatorViews:
     def mesh(self):
         """The TCP connections (shared by the job's communicators) that this communicator's
         messages travel over: their counters and links; None under MPI."""
-        return getattr(self._t, "mesh", None)
+        return self._t.mesh
 
     def waiting_on(self) -> tuple[int, float] | None:
         """(rank, seconds) of the member of this communicator that this process's TCP
@@ -126,7 +127,7 @@ class CommunicatorViews:
             "telemetry": self._telemetry is not None,
             "ops": _tel.summary(self._telemetry) if self._telemetry is not None else {},
         }
-        mesh = getattr(self._t, "mesh", None)
+        mesh = self._t.mesh
         if mesh is not None:
             out.update(mesh.stats)
             out["links"] = {str(p): mesh.link_stats(m) for p, m in enumerate(self._t.members) if p != self.rank}

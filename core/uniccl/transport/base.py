@@ -36,6 +36,8 @@ class Transport(abc.ABC):
     announces: bool = True
     #: the connections under it, for link telemetry (TCP's mesh); None where the library owns them
     mesh: Any = None
+    #: with a ``mesh``: the mesh rank of each of this communicator's ranks
+    members: list[int]
 
     # --------------------------------------------------------------- point to point
     @abc.abstractmethod
