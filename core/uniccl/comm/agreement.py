@@ -26,25 +26,23 @@ import numpy as np
 from .._errors import InvalidUsage, RemoteError
 from .._types import DType, ReduceOp, dtype_name
 from ..observability import flight as _fl
-from ..transport.record import COLL, COUNT, DEVRED, DTYPE, ERR, NATIVE, OP, RECORD, RECORD_BYTES, RECORD_WORDS, ROOT
+from ..transport.record import (
+    COLL,
+    COLLECTIVES,
+    COUNT,
+    DEVRED,
+    DTYPE,
+    ERR,
+    NATIVE,
+    OP,
+    RECORD,
+    RECORD_BYTES,
+    RECORD_WORDS,
+    ROOT,
+)
 from .plans import RING_ORDER, Plan
 
-_COLL_IDS = {
-    name: i
-    for i, name in enumerate(
-        (
-            "barrier",
-            "all_reduce",
-            "reduce",
-            "broadcast",
-            "all_gather",
-            "reduce_scatter",
-            "all_to_all",
-            "gather",
-            "scatter",
-        )
-    )
-}
+_COLL_IDS = {name: i for i, name in enumerate(COLLECTIVES)}
 _COLL_NAMES = {i: n for n, i in _COLL_IDS.items()}
 # The fields of a record (indexes into it).
 # the record's fields and size: transport.record (its size is the C engine's UC_SHM_RECORD_WORDS)

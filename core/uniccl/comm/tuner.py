@@ -21,6 +21,7 @@ from typing import NamedTuple
 from .. import _env
 from .._errors import InvalidArgument
 from ..observability.log import logger
+from ..transport.record import COLLECTIVES
 
 _P2P: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "recursive_doubling"),
@@ -35,19 +36,7 @@ _P2P: dict[str, tuple[str, ...]] = {
 ALGORITHMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mpi": _P2P,
     "tcp": _P2P,
-    "shm": {
-        c: ("shm",)
-        for c in (
-            "all_reduce",
-            "reduce",
-            "broadcast",
-            "all_gather",
-            "reduce_scatter",
-            "all_to_all",
-            "gather",
-            "scatter",
-        )
-    },
+    "shm": {c: ("shm",) for c in COLLECTIVES if c != "barrier"},
 }
 
 # Measured cost constants of the MPI transport (seconds, seconds per byte): latency of

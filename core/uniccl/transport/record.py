@@ -15,12 +15,17 @@ import struct
 from .shm._shm import RECORD_WORDS, RING_ORDER_FLAG
 
 ERR, COLL, DTYPE, COUNT, OP, ROOT, NATIVE, DEVRED = range(8)
+# the COLL field's codes: the collective at each index (part of the wire format: append only)
+COLLECTIVES = (
+    "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
+)  # fmt: skip
 assert DEVRED == RECORD_WORDS - 1, "the fields above fill the C engine's record exactly"
 RECORD_BYTES = 8 * RECORD_WORDS
 RECORD = struct.Struct(f"<{RECORD_WORDS}q")  # a record as bytes (little-endian int64 words)
 
 __all__ = [
     "COLL",
+    "COLLECTIVES",
     "COUNT",
     "DEVRED",
     "DTYPE",
