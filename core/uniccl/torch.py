@@ -25,6 +25,7 @@ from torch.futures import Future
 
 import uniccl
 
+from . import _threads
 from ._errors import InvalidArgument
 from .bootstrap.rendezvous import torch_job_host
 from .comm import ring_order as _ring_order
@@ -157,7 +158,7 @@ class _Worker:
         with self._lock:
             self._count += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread = _threads.thread(self._loop, name=self._name)
                 self._thread.start()
         self._queue.put((job, fut))
         return fut

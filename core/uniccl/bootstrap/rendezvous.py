@@ -20,9 +20,9 @@ import secrets
 import selectors
 import socket
 import struct
-import threading
 import time
 
+from .. import _threads
 from .._env import DEFAULT_TIMEOUT
 from .._errors import InvalidArgument, InvalidUsage, Timeout
 
@@ -126,7 +126,7 @@ def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) 
     host = host or _host_address()
     sock = socket.create_server((bind_address(host), 0), backlog=128)
     uid = UniqueId(host, sock.getsockname()[1], secrets.token_bytes(32))
-    threading.Thread(target=_Server(sock, uid.secret, timeout).serve, daemon=True, name="uniccl-rendezvous").start()
+    _threads.start(_Server(sock, uid.secret, timeout).serve, name="uniccl-rendezvous")
     return uid
 
 

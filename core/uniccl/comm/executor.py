@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from .. import _threads
 from .._errors import Timeout
 
 
@@ -62,7 +63,7 @@ class SerialExecutor:
     def submit(self, fn, work: Work) -> Work:
         with self._cond:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread = _threads.thread(self._loop, name=self._name)
                 self._thread.start()
             self._queue.append((fn, work))
             self._cond.notify_all()

@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+from .. import _threads
+
 STATUS_MARK = "\x1euniccl-agent "  # starts the agent's status line among the ranks' output
 TAIL_LINES = 20
 GRACE_S = 10.0  # seconds a rank has after SIGINT (then SIGTERM), and after SIGTERM (then SIGKILL)
@@ -251,7 +253,7 @@ class NodeJob:
                 self._reaper = _Reaper()
             self._reaper.add(proc.pid)  # its own session: pid == process group id
             r = _Rank(rank, proc, log)
-            r.pump = threading.Thread(target=self._pump, args=(r,), daemon=True, name=f"uniccl-out-{rank}")
+            r.pump = _threads.thread(self._pump, args=(r,), name=f"uniccl-out-{rank}")
             r.pump.start()
             self.procs.append(r)
 
@@ -468,7 +470,7 @@ def _serve_spec() -> int:
                 job.request_stop(signal.SIGTERM)
         job.request_stop(signal.SIGTERM)
 
-    threading.Thread(target=watch_stdin, daemon=True, name="uniccl-agent-stdin").start()
+    _threads.start(watch_stdin, name="uniccl-agent-stdin")
 
     def report(failure):
         _status({"state": "failed", "failure": failure})

@@ -16,9 +16,9 @@ import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 
+from .. import _threads
 from ..transport.net import route_address
 from . import agent as _agent
 from . import cluster as _cluster
@@ -38,8 +38,8 @@ class _Agent:
         )
         self.err_tail: list[str] = []
         self.status = None
-        threading.Thread(target=self._relay, daemon=True).start()
-        threading.Thread(target=self._relay_err, daemon=True).start()
+        _threads.start(self._relay)
+        _threads.start(self._relay_err)
 
     def send(self, text: str) -> None:
         try:

@@ -37,7 +37,7 @@ import threading
 import time
 import weakref
 
-from .. import _safefs
+from .. import _safefs, _threads
 
 DEFAULT_CAPACITY = 2048
 
@@ -242,7 +242,7 @@ def _start_watcher() -> None:
         os.close(w)
         return
     _wakeup = (r, w)
-    threading.Thread(target=_watch, args=(r,), daemon=True, name="uniccl-signals").start()
+    _threads.start(_watch, args=(r,), name="uniccl-signals")
 
 
 def _watch(fd: int) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 
-from .. import _env, _safefs
+from .. import _env, _safefs, _threads
 from . import flight as _fl
 from . import telemetry as _tel
 
@@ -67,7 +67,7 @@ def watch(comm) -> None:
     with _lock:
         if _writer is None:
             _writer = _Writer(path, comm.rank)
-            threading.Thread(target=_writer.run, daemon=True, name="uniccl-status").start()
+            _threads.start(_writer.run, name="uniccl-status")
             atexit.register(_writer.exit)
         _writer.comms.append([weakref.ref(comm), None, None])
 

@@ -4,6 +4,7 @@
  * hold a reference to the marker current when they were issued (CUDA semantics:
  * re-recording an event does not change what earlier waits wait for). */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,6 +165,11 @@ static int run(task *t) {
 
 static void *worker(void *arg) {
     uc_stream *s = arg;
+    /* no signal for this thread: a process-directed one (Ctrl-C) must wake the caller's main
+     * thread, which runs Python's handlers; one taken here would leave it asleep */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping)

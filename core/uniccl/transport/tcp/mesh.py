@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 
-from ... import _env
+from ... import _env, _threads
 from ..._errors import InternalError, RemoteError, Timeout
 from ...bootstrap.rendezvous import bind_address, rendezvous
 from ...reliability.timeout import default_timeout
@@ -126,9 +126,7 @@ class Mesh(_Sender, _Integrity, _Control):
         for peer, sock in enumerate(self.socks):
             if sock is not None:
                 stream = self._outs[peer].tls or sock  # TLS: the reader decrypts as it reads
-                threading.Thread(
-                    target=self._reader, args=(peer, stream), daemon=True, name=f"uniccl-tcp-r{rank}-from{peer}"
-                ).start()
+                _threads.start(self._reader, args=(peer, stream), name=f"uniccl-tcp-r{rank}-from{peer}")
 
     def _connect(self, secret: bytes, listener, timeout: float, tls=None) -> None:
         deadline = time.monotonic() + timeout

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+from ... import _threads
 from ..._errors import RemoteError, Timeout
 from .base import _MeshBase, _Payload
 from .wire import _INLINE, _STAMPED, _TIMED_BYTES, _TLS_SLICE, CTRL, _head, _push, _view
@@ -242,9 +243,7 @@ class _Sender(_MeshBase):
             if job is not None:
                 out.jobs.append(job)
             if out.thread is None:
-                out.thread = threading.Thread(
-                    target=self._sender, args=(out,), daemon=True, name=f"uniccl-tcp-s{self.rank}-to{out.peer}"
-                )
+                out.thread = _threads.thread(self._sender, args=(out,), name=f"uniccl-tcp-s{self.rank}-to{out.peer}")
                 out.thread.start()
             else:
                 out.cv.notify_all()
