@@ -21,8 +21,9 @@ def pytest_addoption(parser):
 # The test tiers.  The whole suite is CI's gate (scripts/test.sh); `pytest -m "not slow"` is the
 # contributor's fast tier, under 3 minutes with every package covered (comm: test_bad_input,
 # test_errors, test_group_seen, test_steady_state, test_shrink; transport: test_netns, test_buffer,
-# conformance; bootstrap and launch: test_run, test_env, test_ssh; observability: test_visibility;
-# tools: test_bench; kit and plugins: test_emulation, test_vendor_plugins, plugins/cpu/tests).
+# conformance; bootstrap and launch: test_env, test_ssh, test_launcher_killed; observability:
+# test_visibility; tools: test_bench; kit and plugins: test_vendor_plugins, test_cambricon,
+# conformance, plugins/cpu/tests).
 # Slow: these files, by their wall time in a full run on the 2-core CI machine (seconds, 2026-12-02).
 SLOW_FILES = {
     "test_collectives.py": 437,  # the differential matrix: every collective x 1-4 ranks x shm/mpi/tcp
@@ -42,6 +43,9 @@ SLOW_FILES = {
     "test_mixed_platforms.py": 18,
     "test_local_user.py": 11,
     "test_timeouts.py": 11,
+    "test_cuda_kernels.py": 15,
+    "test_emulation.py": 15,
+    "test_run.py": 13,
 }
 
 
