@@ -182,6 +182,39 @@ def test_rank_variables_from_other_launchers(env, expect):
     ) == expect
 
 
+def test_survivors_of_a_dead_rank_leave_mpi_on_their_own(tmp_path):
+    """A rank's peer died: it must not wait in MPI_Finalize for that peer at exit (MPICH's PMI
+    barrier waits forever) but end MPI with MPI_Abort.  Run as users do: plain mpiexec, each rank
+    under a job script, with hydra's clean-up off (``-disable-auto-cleanup``), so nothing but
+    the ranks themselves can end the job (CI saw the launcher's test hang once when hydra did
+    not clean up).  Before the fix the job hung until killed (732 s by hand)."""
+    exe = _run.find_mpiexec()
+    if _run.mpiexec_flavour(exe) != "mpich":
+        pytest.skip("-disable-auto-cleanup is MPICH's hydra option")
+    job = tmp_path / "job.sh"
+    job.write_text(f'#!/bin/sh\n"{sys.executable}" "{PROBE}" kill "{tmp_path}"\n')
+    cmd = [exe, "-disable-auto-cleanup", "-n", "3", "sh", str(job)]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid] + [int(p.read_text()) for p in tmp_path.glob("*.pid")]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out, _ = proc.communicate()
+        pytest.fail("the survivors stayed in MPI_Finalize past 60 s:\n" + out[-3000:])
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30, out
+    assert "MPI_Abort" in out and "died during all_reduce" in out, out
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    end = time.monotonic() + 10  # MPI_Abort's exits may trail mpiexec's by a moment
+    while any(pid_alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids), (pids, out)
+
+
 def test_kill_9_under_the_mpi_launcher(tmp_path):
     """mpiexec is told by our wrapper; ranks die with their wrappers (PDEATHSIG) instead of
     hanging in MPI_Finalize, and the MPI library's segments of this job are removed."""

@@ -20,7 +20,8 @@ import uniccl
 
 mode = sys.argv[1]
 if len(sys.argv) > 2:
-    with open(os.path.join(sys.argv[2], f"{os.environ.get('UNICCL_RANK', 'x')}.pid"), "w") as f:
+    me = os.environ.get("UNICCL_RANK", os.environ.get("PMI_RANK", "x"))  # PMI_RANK: plain mpiexec
+    with open(os.path.join(sys.argv[2], f"{me}.pid"), "w") as f:
         f.write(str(os.getpid()))
 comm = uniccl.init()
 r, n = comm.rank, comm.size

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .._errors import InvalidArgument, RemoteError, Timeout, UnicclError
 from ..observability import flight as _fl
 from ..observability.log import logger
+from ..transport.mpi import abort_at_exit
 
 
 def trace_call(comm, plan, seq, t0: int, t1: int, failed: str | None = None) -> None:
@@ -77,6 +78,8 @@ def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
             # failed while moving data (not in the agreement, which every rank settles alike):
             # the peers would wait for our part; TCP tells them now (shm: the engine's abort record)
             comm._t.failed(f"{type(exc).__name__}: {exc.message}")
+    if isinstance(exc, RemoteError) and exc.extra.get("remote_type") in ("ConnectionError", "died"):
+        abort_at_exit()  # a peer is dead: MPI_Finalize would wait for it at exit
     comm._flight.finished(plan.entry, exc)
     if not isinstance(exc, InvalidArgument):
         path = comm._flight.dump(reason=type(exc).__name__, error=exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sys
 import time
 
 from .._errors import InternalError, InvalidArgument, Timeout
@@ -26,6 +27,21 @@ def mpi():
     from mpi4py import MPI
 
     return MPI
+
+
+def abort_at_exit(status: int = 1) -> None:
+    """Make this process end MPI with ``MPI_Abort`` at exit instead of ``MPI_Finalize``.
+
+    Called once a peer died or stopped answering: MPI_Finalize then waits for that peer
+    forever (MPICH's PMI barrier; seen under ``uniccl run --launcher mpi`` when mpiexec
+    did not kill the job), while MPI_Abort ends this job at once.  mpi4py's own
+    ``python -m mpi4py`` does the same for an unhandled exception.  A no-op without MPI."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    setter = getattr(MPI, "_set_abort_status", None)  # mpi4py >= 3.1
+    if setter is not None:
+        setter(status)
 
 
 def library() -> dict:
