@@ -1,4 +1,5 @@
-"""Differential matrix: every collective x 12 dtypes x 5 ops x sizes, in and out of place,
+"""Differential matrix: every collective x 12 dtypes x 5 ops x sizes (the big sizes for a subset:
+workers/matrix.py runs_big), in and out of place,
 at 1, 2, 3 and 4 real processes, against numpy (float64 / exact integers)."""
 
 import pytest
