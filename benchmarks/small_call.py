@@ -1,11 +1,13 @@
 """Per-call time of an 8-byte all_reduce on the default path (``uniccl run``: shared memory),
-for A/B checks of the call path between two builds.
+for A/B checks of the call path between two builds, beside the shared-memory engine's own
+call on the same buffer in the same processes (the floor the API's overhead is measured over).
 
     uniccl run -n 2 python benchmarks/small_call.py
 
-500 warm-up calls, then 7 blocks of 3000; rank 0 prints the median block's microseconds per
-call.  To compare with another commit, build it (``pip wheel --no-deps -w DIR .``), unpack the
-wheel into a folder and run the same command with ``PYTHONPATH=<folder>``, alternating runs.
+500 warm-up calls, then 7 blocks of 3000 of each, alternating; rank 0 prints the median
+block's microseconds per call.  To compare with another commit, build it (``pip wheel
+--no-deps -w DIR .``), unpack the wheel into a folder and run the same command with
+``PYTHONPATH=<folder>``, alternating runs.
 """
 
 import statistics
@@ -14,17 +16,38 @@ import time
 import numpy as np
 
 import uniccl
+from uniccl._types import DType, ReduceOp
+
+CALLS = 3000
 
 with uniccl.init() as comm:
     x = np.ones(2, np.float32)
+    ptr = x.ctypes.data
+    engine = comm._engine
+
+    def api():
+        for _ in range(CALLS):
+            comm.all_reduce(x)
+
+    def bare():
+        for _ in range(CALLS):
+            engine.all_reduce(ptr, ptr, 2, int(DType.FLOAT32), int(ReduceOp.SUM))
+
     for _ in range(500):
         comm.all_reduce(x)
-    blocks = []
+    blocks = {"api": [], "engine": []}
     for _ in range(7):
-        comm.barrier()
-        t0 = time.perf_counter()
-        for _ in range(3000):
-            comm.all_reduce(x)
-        blocks.append((time.perf_counter() - t0) / 3000 * 1e6)
+        for name, fn in (("api", api), ("engine", bare)):
+            if name == "engine" and engine is None:
+                continue
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn()
+            blocks[name].append((time.perf_counter() - t0) / CALLS * 1e6)
     if comm.rank == 0:
-        print(f"{uniccl.__file__}: median {statistics.median(blocks):.2f} us per 8-byte all_reduce", flush=True)
+        a = statistics.median(blocks["api"])
+        line = f"{uniccl.__file__}: median {a:.2f} us per 8-byte all_reduce"
+        if blocks["engine"]:
+            e = statistics.median(blocks["engine"])
+            line += f"; the engine's own call {e:.2f} us; the API adds {a - e:.2f} us"
+        print(line, flush=True)

@@ -42,6 +42,7 @@ from ..reliability.timeout import check_timeout as _check_timeout
 from ..reliability.timeout import default_timeout
 from ..transport.mpi import MPITransport
 from ..transport.shm.attach import shm_attach as _shm_attach
+from . import _fastpath
 from . import agreement as _agreement
 from . import algorithms as alg
 from . import device as _device
@@ -49,6 +50,7 @@ from . import group as _group
 from . import native as _routes
 from . import outcome as _outcome
 from . import plans as _plans
+from ._fastpath import FastPath
 from .agreement import H_DEVRED, H_NATIVE, HEADER_WORDS
 from .executor import SerialExecutor, Work
 from .plans import Plan
@@ -186,6 +188,9 @@ class Communicator(CommunicatorViews):
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             _routes.make_hierarchy(self, ids)
+        # the compiled steady-state path (shared memory; see _fastpath): None where it never applies
+        eligible = self._engine is not None and self.size > 1 and self._hier is None and self._faults is None
+        self._fast = FastPath(self) if eligible else None
 
     # ------------------------------------------------------------------ basics
     def __repr__(self):
@@ -286,9 +291,8 @@ class Communicator(CommunicatorViews):
             )
 
     # ------------------------------------------------------------- collectives
-    def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, timeout=None):
-        """Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place)."""
-        return self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), async_op, timeout)
+    # Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place): compiled (_fastpath)
+    all_reduce = _fastpath.all_reduce
 
     def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False, timeout=None):
         """Reduce to ``root``'s ``recvbuf`` (None: in place in the root's ``sendbuf``)."""
@@ -398,11 +402,12 @@ class Communicator(CommunicatorViews):
         return self._t.allgather_obj(obj) if self.size > 1 else [obj]
 
     # ----------------------------------------------------------------- plumbing
-    def _call(self, name, planner, args, async_op, timeout=None):
+    def _call(self, name, planner, args, async_op, timeout=None, depth=2):
+        """The general path; ``depth``: frames up to the user's (1 from a compiled method)."""
         self._alive(name)
         if self._faults is not None and self._faults.slow_for() and name not in ("send", "recv"):
             time.sleep(self._faults.slow_for())  # UNICCL_FAULT_INJECT=slow=<s>: a straggler, late to each call
-        entry = self._flight.enqueue(name, sys._getframe(2))  # the public method's caller
+        entry = self._flight.enqueue(name, sys._getframe(depth))  # the public method's caller
         self._staging.list = None
         try:
             timeout = _check_timeout(timeout, name, self.rank)  # like any bad argument: the peers learn it

@@ -3,11 +3,6 @@
 call, a dict lookup and a few integer adds, well under half a microsecond."""
 from libc.stdint cimport uint64_t
 
-cdef enum:
-    SUB = 2          # log2 of the histogram buckets per power of two
-    BUCKETS = 64 << SUB
-
-
 cdef inline int _bits(uint64_t x) nogil:
     return 0 if x == 0 else 64 - __builtin_clzll(x)
 
@@ -17,16 +12,14 @@ cdef extern from *:
 
 
 cdef class Stat:
-    """One (operation, size bucket): calls, bytes, nanoseconds, latency histogram."""
-    cdef public uint64_t calls, nbytes, ns
-    cdef uint64_t hist[BUCKETS]
+    """One (operation, size bucket): calls, bytes, nanoseconds, latency histogram (fields: .pxd)."""
 
     def __cinit__(self):
         cdef int i
         for i in range(BUCKETS):
             self.hist[i] = 0
 
-    cdef inline void add(self, uint64_t nbytes, uint64_t ns):
+    cdef void add(self, uint64_t nbytes, uint64_t ns) noexcept:
         cdef int b = _bits(ns)
         self.calls += 1
         self.nbytes += nbytes
@@ -42,22 +35,23 @@ cdef class Stat:
 
 cdef class Counters:
     """One communicator's counters: ``ops[(op, size bucket)] -> Stat``, ``failed[op] -> calls``."""
-    cdef public dict ops
-    cdef public dict failed
-    cdef public int size
 
     def __init__(self, int size):
         self.ops = {}
         self.failed = {}
         self.size = size
 
-    def record(self, str name, uint64_t nbytes, long long ns):
+    cdef Stat stat(self, str name, uint64_t nbytes):
+        """The Stat of ``name`` at this size bucket (made on first use)."""
         key = (name, _bits(nbytes))
         cdef Stat s = self.ops.get(key)
         if s is None:
             s = Stat()
             self.ops[key] = s
-        s.add(nbytes, <uint64_t>(ns if ns > 0 else 0))
+        return s
+
+    def record(self, str name, uint64_t nbytes, long long ns):
+        self.stat(name, nbytes).add(nbytes, <uint64_t>(ns if ns > 0 else 0))
 
     def failure(self, str name):
         self.failed[name] = self.failed.get(name, 0) + 1

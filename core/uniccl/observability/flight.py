@@ -9,8 +9,9 @@ ring is written to ``$UNICCL_DUMP_DIR/uniccl-flight-<communicator>-r<rank>.json`
 (and on demand with :meth:`Communicator.dump_flight_recorder`); ``uniccl doctor
 DIR`` lines the ranks' files up (:mod:`uniccl.tools.doctor`).
 
-Cost: one small list per call (the source line is kept as code object and line number,
-formatted only when the record is dumped).
+Cost: one small list per call (the source line is kept as code object and instruction
+offset, turned into a line only when the record is dumped); on the compiled path
+(:mod:`uniccl.comm._fastpath`) the list is made in C.
 
 Signals (:func:`arm_signal_dumps`, at communicator creation when ``UNICCL_TRACE`` or
 ``UNICCL_DUMP_DIR`` is set): a rank ended by SIGTERM (``uniccl run``'s stop, its ``--timeout``,
@@ -63,16 +64,23 @@ FIELDS = (
     "t_started",
     "t_completed",
     "code",
-    "line",
+    "lasti",
     "error",
 )
-SEQ, OP, DTYPE, COUNT, ROOT, PEER, PATH, STATE, T_ENQ, T_START, T_END, CODE, LINE, ERROR = range(len(FIELDS))
+SEQ, OP, DTYPE, COUNT, ROOT, PEER, PATH, STATE, T_ENQ, T_START, T_END, CODE, LASTI, ERROR = range(len(FIELDS))
 
 
-def site(code, line) -> str:
-    """``file:line (function)`` of a recorded call."""
+def site(code, lasti) -> str:
+    """``file:line (function)`` of a recorded call: the caller's code object and the offset of
+    its calling instruction (``frame.f_lasti``), turned into a line only here -- finding a line
+    walks the code's line table, too slow for every call of a long function."""
     if code is None:
         return "?"
+    line = code.co_firstlineno
+    for start, end, lineno in code.co_lines():
+        if start <= lasti < end:
+            line = lineno if lineno is not None else line
+            break
     return f"{code.co_filename}:{line} ({code.co_name})"
 
 
@@ -100,7 +108,7 @@ class FlightRecorder:
             None,
             None,
             frame.f_code,
-            frame.f_lineno,
+            frame.f_lasti,
             None,
         ]
         self.entries.append(entry)
@@ -140,7 +148,7 @@ class FlightRecorder:
         ops = []
         for e in entries:
             d = dict(zip(FIELDS, e))
-            d["site"] = site(d.pop("code"), d.pop("line"))
+            d["site"] = site(d.pop("code"), d.pop("lasti"))
             for k in ("dtype", "count", "root", "peer"):
                 if d[k] is not None and d[k] < 0:
                     d[k] = None

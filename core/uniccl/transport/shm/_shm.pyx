@@ -45,8 +45,6 @@ cdef extern from "shm_engine.h" nogil:
     enum: UC_SHM_RING_ORDER
     ctypedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
                                      int op)
-    ctypedef struct uc_shm:
-        pass
     enum:
         UC_SHM_OK
         UC_SHM_EINVAL
@@ -224,16 +222,7 @@ cdef class ShmEngine:
     ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
     """
 
-    cdef uc_shm *_e
-    cdef readonly str name
-    cdef readonly int rank
-    cdef readonly int size
-    cdef readonly bint creator
-    cdef object __weakref__
-    # Threads inside a call (counted under the GIL): close() refuses while any is, so that a
-    # call's thread never reads a freed engine (its error, its trace) after another thread's
-    # abort() closed it -- that was a SIGSEGV in abort's tests.
-    cdef int _users
+    # its fields: _shm.pxd
 
     def __cinit__(self):
         self._e = NULL
@@ -448,25 +437,31 @@ cdef class ShmEngine:
     def all_reduce_agreed(self, header, out, send, recv, count, dtype, op):
         """:meth:`agree` and :meth:`all_reduce` in one rendezvous (the record rides on the data's
         first signal).  False when the records differ: ``out`` holds them, nothing moved."""
-        cdef uc_shm *e = self._live("all_reduce")
+        self._live("all_reduce")
         self._records(header, out, "all_reduce")
-        cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
-        cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
         cdef uintptr_t s = self._ptr(send, "all_reduce", "send"), r = self._ptr(recv, "all_reduce", "recv")
         cdef size_t c = self._count(count, "all_reduce", "count")
         cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
+        return self.agreed_all_reduce(<const int64_t *>cnp.PyArray_DATA(header), <int64_t *>cnp.PyArray_DATA(out),
+                                      s, r, c, dt, o) == 1
+
+    cdef int agreed_all_reduce(self, const int64_t *rec, int64_t *res, uintptr_t send, uintptr_t recv,
+                               size_t count, int dtype, int op) except -1:
+        """:meth:`all_reduce_agreed` on checked C values (records of ``UC_SHM_RECORD_WORDS`` and
+        ``size`` x that): 1 done, 0 the records differ (nothing moved)."""
+        cdef uc_shm *e = self._live("all_reduce")
         cdef int rc
         self._users += 1  # the engine outlives every thread inside it (see close)
         try:
             with nogil:
-                rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>s, <void *>r, c, dt, o)
+                rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>send, <void *>recv, count, dtype, op)
             if rc == UC_SHM_EMISMATCH:
-                return False
+                return 0
             if rc:
                 self._raise(rc)
         finally:
             self._users -= 1
-        return True
+        return 1
 
     def all_reduce(self, send, recv, count, dtype, op):
         """``recv = op over ranks of send`` for ``count`` elements; recv may be send."""

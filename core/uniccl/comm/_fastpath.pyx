@@ -1,0 +1,282 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled steady-state call path: a call whose shape matches the communicator's last
+call of that shape goes from the public method to the engine in one compiled function.
+
+The first call of a shape runs the general path (:mod:`.plans`, :mod:`.agreement`,
+``Communicator._execute``); once it succeeded, :meth:`FastPath.learn_all_reduce` keeps what
+that path derived from the arguments (dtype code, count, kernel op, the tuner's choice, the
+telemetry bucket).  A later call is served here when the same checks would pass for the same
+reasons -- exact numpy arrays with the same addresses, element counts, dtypes and flags, the
+same op object -- and the communicator is in the state the general path took its route in
+(no group open, no async work queued, no tracing, the default timeout, not destroyed, not a
+forked child).  Anything else returns :data:`MISS` and the caller takes the general path.
+
+What stays on: the cross-rank record (it rides on the data in the engine, as on the general
+path), the flight recorder's entry (the same list, with the caller's code and line), the
+telemetry counters (the same ``Stat``), the communicator's call number and lock.  A mismatch
+or a failure is handed back to the general path's Python (``agreement.judge``,
+``outcome.failed``), which names the call, the rank and the cause exactly as before.
+"""
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
+
+from uniccl.observability._counters cimport Counters, Stat
+from uniccl.transport.shm._shm cimport ShmEngine
+
+import os
+
+from uniccl._errors import InvalidUsage, UnicclError
+from uniccl._types import ReduceOp
+from uniccl.comm import agreement as _agreement
+from uniccl.comm import checks as _checks
+from uniccl.comm import group as _group
+from uniccl.comm import outcome as _outcome
+from uniccl.comm import plans as _plans
+from uniccl.comm._buffer import as_buffer
+from uniccl.observability import flight as _fl
+from uniccl.transport import record as _record
+
+cnp.import_array()
+
+cdef extern from "Python.h":
+    ctypedef struct PyFrameObject:
+        pass
+    PyFrameObject *PyEval_GetFrame()  # borrowed: the user's frame (a compiled method has none)
+    object PyFrame_GetCode(PyFrameObject *)  # new reference
+    int PyFrame_GetLasti(PyFrameObject *)
+
+MISS = object()  #: "not served here: take the general path"
+
+# the record's fields (transport.record) and the flight recorder's (observability.flight)
+cdef int R_ERR = _record.ERR, R_COLL = _record.COLL, R_DTYPE = _record.DTYPE, R_COUNT = _record.COUNT
+cdef int R_OP = _record.OP, R_ROOT = _record.ROOT, R_NATIVE = _record.NATIVE, R_DEVRED = _record.DEVRED
+cdef int R_WORDS = _record.RECORD_WORDS
+cdef int64_t COLL_ALL_REDUCE = _record.COLLECTIVES.index("all_reduce")
+cdef Py_ssize_t F_SEQ = _fl.SEQ, F_DTYPE = _fl.DTYPE, F_COUNT = _fl.COUNT, F_ROOT = _fl.ROOT
+cdef Py_ssize_t F_PATH = _fl.PATH, F_STATE = _fl.STATE, F_T_ENQ = _fl.T_ENQ, F_T_START = _fl.T_START
+cdef Py_ssize_t F_T_END = _fl.T_END, F_CODE = _fl.CODE, F_LASTI = _fl.LASTI, F_FIELDS = len(_fl.FIELDS)
+cdef object S_ENQUEUED = "enqueued", S_STARTED = "started", S_COMPLETED = "completed", EMPTY = ""
+cdef object AVG = ReduceOp.AVG
+
+# A forked child must not use its parent's communicator (Communicator._owned says so): a
+# counter bumped in every child replaces a getpid() per call.
+cdef long _fork_generation = 0
+
+
+def _forked():
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+cdef inline double _wall() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline int64_t _mono_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int typenum, bint writable):
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    return (<uintptr_t>cnp.PyArray_DATA(arr) == ptr and cnp.PyArray_SIZE(arr) == count
+            and cnp.PyArray_TYPE(arr) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+            and cnp.PyArray_ISNOTSWAPPED(arr) and (not writable or cnp.PyArray_ISWRITEABLE(arr)))
+
+
+cdef class FastPath:
+    """One communicator's compiled call path (made by the communicator when it has a
+    shared-memory engine; see the module doc)."""
+
+    cdef object comm, executor, entries, entries_append, tuner
+    cdef object lock_acquire, lock_release  # the communicator's lock (an RLock), its bound methods
+    cdef ShmEngine engine
+    cdef Counters telemetry
+    cdef cnp.ndarray hdr_arr, hdrs_arr
+    cdef int64_t *hdr
+    cdef int64_t *hdrs
+    cdef long fork_generation
+    cdef int rank
+    cdef readonly unsigned long long served  # calls served here (tests, benchmarks)
+    # the all_reduce shape last learnt
+    cdef bint ar_known, ar_inplace
+    cdef object ar_op, ar_choice, ar_dtype_obj, ar_count_obj
+    cdef uintptr_t ar_send, ar_recv
+    cdef Py_ssize_t ar_scount, ar_rcount
+    cdef int ar_stype, ar_rtype, ar_dtype, ar_kop
+    cdef int64_t ar_op_code
+    cdef size_t ar_count
+    cdef uint64_t ar_nbytes
+    cdef Stat ar_stat
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.engine = comm._engine
+        self.lock_acquire, self.lock_release = comm._lock.acquire, comm._lock.release
+        self.executor = comm._executor
+        self.tuner = comm._tuner
+        self.telemetry = comm._telemetry
+        fl = comm._flight
+        self.entries = fl.entries if fl.enabled else None
+        self.entries_append = fl.entries.append
+        self.hdr_arr, self.hdrs_arr = comm._hdr, comm._hdrs
+        if self.hdr_arr.dtype != "int64" or self.hdr_arr.size != R_WORDS:
+            raise ValueError("the communicator's record is not int64[RECORD_WORDS]")
+        if self.hdrs_arr.dtype != "int64" or self.hdrs_arr.size != R_WORDS * comm.size:
+            raise ValueError("the communicator's records are not int64[size, RECORD_WORDS]")
+        self.hdr = <int64_t *>cnp.PyArray_DATA(self.hdr_arr)
+        self.hdrs = <int64_t *>cnp.PyArray_DATA(self.hdrs_arr)
+        self.fork_generation = _fork_generation
+        self.rank = comm.rank
+        self.ar_known = False
+        self.served = 0
+
+    cdef bint _ready(self, object comm):
+        """The communicator is in the state the general path took its route in."""
+        if comm._destroyed or comm._tracer is not None or _fork_generation != self.fork_generation:
+            return False
+        if _group._open or self.executor._queue or self.executor._busy:
+            return False
+        return comm.timeout == comm._timeout_set
+
+    # ------------------------------------------------------------------ all_reduce
+    def learn_all_reduce(self, sendbuf, recvbuf, op):
+        """After the general path ran this all_reduce: keep its shape if a later call of the
+        same shape may be served here (exact numpy arrays, an op other than AVG, the tuner's
+        choice the shared-memory engine)."""
+        cdef cnp.ndarray s, r
+        self.ar_known = False
+        comm = self.comm
+        if type(sendbuf) is not cnp.ndarray or comm._hier is not None or comm._faults is not None:
+            return
+        inplace = recvbuf is None or recvbuf is sendbuf
+        if not inplace and type(recvbuf) is not cnp.ndarray:
+            return
+        rop = _checks.reduce_op(comm, op, "all_reduce")
+        if rop is AVG:
+            return
+        send = as_buffer(sendbuf, "all_reduce", "sendbuf", self.rank, inplace)
+        choice = self.tuner.choose("all_reduce", send.nbytes)
+        if choice.transport != "shm":
+            return
+        s = <cnp.ndarray>sendbuf
+        r = s if inplace else <cnp.ndarray>recvbuf
+        self.ar_inplace = inplace
+        self.ar_op, self.ar_choice = op, choice
+        self.ar_send, self.ar_recv = <uintptr_t>cnp.PyArray_DATA(s), <uintptr_t>cnp.PyArray_DATA(r)
+        self.ar_scount, self.ar_rcount = cnp.PyArray_SIZE(s), cnp.PyArray_SIZE(r)
+        self.ar_stype, self.ar_rtype = cnp.PyArray_TYPE(s), cnp.PyArray_TYPE(r)
+        self.ar_dtype, self.ar_count, self.ar_nbytes = send.dtype, send.count, send.nbytes
+        self.ar_dtype_obj, self.ar_count_obj = send.dtype, send.count
+        self.ar_op_code, self.ar_kop = int(rop), _plans._KERNEL_OP[rop]
+        self.ar_stat = self.telemetry.stat("all_reduce", send.nbytes) if self.telemetry is not None else None
+        self.ar_known = True
+
+    cdef object _all_reduce(self, sendbuf, recvbuf, op):
+        """``Communicator.all_reduce(sendbuf, recvbuf, op)`` of a learnt shape, or :data:`MISS`."""
+        if not self.ar_known or op is not self.ar_op or type(sendbuf) is not cnp.ndarray:
+            return MISS
+        inplace = recvbuf is None or recvbuf is sendbuf
+        if inplace != self.ar_inplace:
+            return MISS
+        if not _array_matches(sendbuf, self.ar_send, self.ar_scount, self.ar_stype, inplace):
+            return MISS
+        if not inplace and (type(recvbuf) is not cnp.ndarray
+                            or not _array_matches(recvbuf, self.ar_recv, self.ar_rcount, self.ar_rtype, True)):
+            return MISS
+        comm = self.comm
+        if not self._ready(comm):
+            return MISS
+        result = sendbuf if recvbuf is None else recvbuf
+        entry = self._enqueue("all_reduce")
+        cdef int64_t *h = self.hdr
+        cdef int64_t seq, t0
+        self.lock_acquire()
+        try:
+            if comm._destroyed:
+                raise InvalidUsage("the communicator was destroyed", op="all_reduce", rank=self.rank)
+            seq = comm._seq
+            comm._seq = seq + 1
+            comm._in_data = False
+            if entry is not None:
+                entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
+                entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = self.ar_dtype_obj, self.ar_count_obj, -1
+                entry[F_PATH] = self.ar_choice
+            t0 = _mono_ns()
+            h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, self.ar_dtype, <int64_t>self.ar_count
+            h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = self.ar_op_code, -1, 0, 0
+            comm._in_data = True
+            try:
+                if not self.engine.agreed_all_reduce(h, self.hdrs, self.ar_send, self.ar_recv, self.ar_count,
+                                                     self.ar_dtype, self.ar_kop):
+                    self._mismatched(sendbuf, recvbuf, op, entry, seq)
+            except UnicclError as exc:
+                self._failed(sendbuf, recvbuf, op, entry, seq, exc)
+            if entry is not None:
+                entry[F_T_END], entry[F_STATE] = _wall(), S_COMPLETED
+            if self.ar_stat is not None:
+                self.ar_stat.add(self.ar_nbytes, <uint64_t>(_mono_ns() - t0))
+        finally:
+            self.lock_release()
+        self.served += 1
+        return result
+
+    # ---------------------------------------------------------------- helpers
+    cdef object _enqueue(self, str name):
+        """The flight recorder's entry of this call (FlightRecorder.enqueue's), or None."""
+        cdef list entry
+        if self.entries is None:
+            return None
+        entry = [None] * F_FIELDS
+        self._fill(entry, name)
+        self.entries_append(entry)  # the deque drops its oldest (a reused ring measured no faster)
+        return entry
+
+    cdef int _fill(self, list entry, str name) except -1:
+        entry[1] = name
+        entry[F_PATH], entry[F_STATE], entry[F_T_ENQ] = EMPTY, S_ENQUEUED, _wall()
+        cdef PyFrameObject *caller = PyEval_GetFrame()
+        if caller != NULL:
+            entry[F_CODE], entry[F_LASTI] = PyFrame_GetCode(caller), PyFrame_GetLasti(caller)
+
+    cdef _plan(self, sendbuf, recvbuf, op, entry):
+        plan = _plans.all_reduce(self.comm, sendbuf, recvbuf, op)
+        plan.args, plan.timeout, plan.entry = (self.comm, sendbuf, recvbuf, op), None, entry
+        return plan
+
+    cdef _mismatched(self, sendbuf, recvbuf, op, entry, int64_t seq):
+        """The records differ: the general path's judgement (it raises, or the difference is one
+        the call allows and the data moves as after an agreement)."""
+        comm = self.comm
+        plan = self._plan(sendbuf, recvbuf, op, entry)
+        comm._in_data = False  # nothing moved: every rank judges the same records
+        _agreement.judge(comm, plan, seq, None)
+        comm._in_data = True
+        plan.shm(self.engine)
+
+    cdef _failed(self, sendbuf, recvbuf, op, entry, int64_t seq, exc):
+        comm = self.comm
+        if comm._telemetry is not None:
+            comm._telemetry.failure("all_reduce")
+        raise _outcome.failed(comm, self._plan(sendbuf, recvbuf, op, entry), seq, comm.timeout, exc) from None
+
+
+# ------------------------------------------------------------------ the public methods
+# Compiled, so that a steady-state call makes no Python frame at all; Communicator binds them.
+def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, timeout=None):
+    """Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place)."""
+    cdef FastPath fast = self._fast
+    if fast is None or async_op or timeout is not None:
+        return self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), async_op, timeout, 1)
+    result = fast._all_reduce(sendbuf, recvbuf, op)  # a call of the last shape
+    if result is MISS:
+        result = self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), False, None, 1)
+        fast.learn_all_reduce(sendbuf, recvbuf, op)
+    return result
