@@ -90,6 +90,57 @@ cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int t
             and cnp.PyArray_TYPE(arr) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(arr)
             and cnp.PyArray_ISNOTSWAPPED(arr) and (not writable or cnp.PyArray_ISWRITEABLE(arr)))
 
+DEF MAX_ARGS = 4
+
+
+cdef class Shape:
+    """A learnt call of a collective other than all_reduce: its arguments as the general path
+    saw them (arrays by address, count, type, flags and identity relations; the others by
+    identity, ints by value) and the checked plan it built.  The plan's buffer views keep
+    those arrays alive, so an array at the same address is the same memory."""
+    cdef int n
+    cdef int kind[MAX_ARGS]  # 0 None, 1 numpy array, 2 anything else
+    cdef uintptr_t ptr[MAX_ARGS]
+    cdef Py_ssize_t size[MAX_ARGS]
+    cdef int typenum[MAX_ARGS]
+    cdef bint writeable[MAX_ARGS]
+    cdef bint same01  # args 0 and 1 were one object
+    cdef list scalars
+    cdef int result_index  # which argument the call returns (-1: None)
+    cdef object plan, choice, dtype_obj, count_obj, root_obj
+    cdef int64_t coll, dtype, count, op, root
+    cdef uint64_t nbytes
+    cdef Stat stat
+
+
+cdef inline bint _same_scalar(object a, object b):
+    return a is b or (type(a) is int and type(b) is int and a == b)
+
+
+cdef bint _matches(Shape sh, tuple args):
+    cdef int i
+    cdef cnp.ndarray arr
+    if len(args) != sh.n + 1:
+        return False
+    for i in range(sh.n):
+        a = args[i + 1]
+        if sh.kind[i] == 0:
+            if a is not None:
+                return False
+        elif sh.kind[i] == 1:
+            if type(a) is not cnp.ndarray:
+                return False
+            arr = <cnp.ndarray>a
+            if not (<uintptr_t>cnp.PyArray_DATA(arr) == sh.ptr[i] and cnp.PyArray_SIZE(arr) == sh.size[i]
+                    and cnp.PyArray_TYPE(arr) == sh.typenum[i] and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+                    and cnp.PyArray_ISNOTSWAPPED(arr) and cnp.PyArray_ISWRITEABLE(arr) == sh.writeable[i]):
+                return False
+        elif not _same_scalar(a, sh.scalars[i]):
+            return False
+    if sh.n >= 2 and (args[1] is args[2]) != sh.same01:
+        return False
+    return True
+
 
 cdef class FastPath:
     """One communicator's compiled call path (made by the communicator when it has a
@@ -115,6 +166,7 @@ cdef class FastPath:
     cdef size_t ar_count
     cdef uint64_t ar_nbytes
     cdef Stat ar_stat
+    cdef dict shapes  # collective name -> its learnt Shape
 
     def __init__(self, comm):
         self.comm = comm
@@ -137,6 +189,7 @@ cdef class FastPath:
         self.rank = comm.rank
         self.ar_known = False
         self.served = 0
+        self.shapes = {}
 
     cdef bint _ready(self, object comm):
         """The communicator is in the state the general path took its route in."""
@@ -228,6 +281,109 @@ cdef class FastPath:
         self.served += 1
         return result
 
+    # ------------------------------------------------------- the other collectives
+    cdef object call(self, str name, planner, tuple args):
+        """``name`` with the builder's ``args`` (the communicator first): served when it matches
+        the shape last learnt for ``name``, else the general path, after which it is learnt."""
+        cdef Shape sh = self.shapes.get(name)
+        comm = self.comm
+        if sh is not None and _matches(sh, args) and self._ready(comm):
+            return self._run(sh, name, args)
+        result = comm._call(name, planner, args, False, None, 1)
+        self._learn(name, planner, args, result)
+        return result
+
+    cdef _learn(self, str name, planner, tuple args, result):
+        cdef Shape sh = Shape.__new__(Shape)
+        cdef cnp.ndarray arr
+        cdef int i
+        comm = self.comm
+        self.shapes.pop(name, None)
+        if comm._hier is not None or comm._faults is not None or len(args) - 1 > MAX_ARGS:
+            return
+        sh.n = len(args) - 1
+        sh.scalars = [None] * sh.n
+        sh.result_index = -1
+        for i in range(sh.n):
+            a = args[i + 1]
+            if a is None:
+                sh.kind[i] = 0
+            elif type(a) is cnp.ndarray:
+                arr = <cnp.ndarray>a
+                sh.kind[i] = 1
+                sh.ptr[i], sh.size[i] = <uintptr_t>cnp.PyArray_DATA(arr), cnp.PyArray_SIZE(arr)
+                sh.typenum[i], sh.writeable[i] = cnp.PyArray_TYPE(arr), cnp.PyArray_ISWRITEABLE(arr)
+            elif isinstance(a, (int, str, float)) or a.__class__.__module__.startswith("uniccl"):
+                sh.kind[i] = 2  # an op, a root, a flag (never a buffer of another kind)
+                sh.scalars[i] = a
+            else:
+                return  # another buffer kind (bytearray, a tensor): the general path only
+            if result is not None and result is a and sh.result_index < 0:
+                sh.result_index = i + 1
+        if result is not None and sh.result_index < 0:
+            return
+        sh.same01 = sh.n >= 2 and args[1] is args[2]
+        plan = planner(*args)  # the same checks as the call that just succeeded
+        if plan.error is not None or plan.staged is not None or plan.p2p:
+            return
+        if plan.run is not None:
+            if plan.shm is None:
+                return
+            sh.choice = self.tuner.choose(name, plan.nbytes)
+            if sh.choice.transport != "shm":
+                return
+        sh.plan = plan
+        sh.coll = _record.COLLECTIVES.index(name)
+        sh.dtype, sh.count = plan.dtype, plan.count
+        sh.op, sh.root = int(plan.op), plan.root
+        sh.dtype_obj, sh.count_obj, sh.root_obj = plan.dtype, plan.count, plan.root
+        sh.nbytes = plan.nbytes
+        sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
+        self.shapes[name] = sh
+
+    cdef object _run(self, Shape sh, str name, tuple args):
+        """What ``Communicator._execute`` does for this plan on the engine (agree, then the
+        plan's shared-memory runner), without making a plan."""
+        comm = self.comm
+        plan = sh.plan
+        entry = self._enqueue(name)
+        cdef int64_t *h = self.hdr
+        cdef int64_t seq, t0
+        self.lock_acquire()
+        try:
+            if comm._destroyed:
+                raise InvalidUsage("the communicator was destroyed", op=name, rank=self.rank)
+            seq = comm._seq
+            comm._seq = seq + 1
+            comm._in_data = False
+            if entry is not None:
+                entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
+                entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = sh.dtype_obj, sh.count_obj, sh.root_obj
+            t0 = _mono_ns()
+            h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, sh.coll, sh.dtype, sh.count
+            h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = sh.op, sh.root, 0, 0
+            try:
+                if not self.engine.agree_records(h, self.hdrs):
+                    _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
+                comm._in_data = True
+                if plan.run is not None:
+                    if entry is not None:
+                        entry[F_PATH] = sh.choice
+                    plan.shm(self.engine)
+            except UnicclError as exc:
+                if comm._telemetry is not None:
+                    comm._telemetry.failure(name)
+                plan.entry = entry
+                raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
+            if entry is not None:
+                entry[F_T_END], entry[F_STATE] = _wall(), S_COMPLETED
+            if sh.stat is not None:
+                sh.stat.add(sh.nbytes, <uint64_t>(_mono_ns() - t0))
+        finally:
+            self.lock_release()
+        self.served += 1
+        return None if sh.result_index < 0 else args[sh.result_index]
+
     # ---------------------------------------------------------------- helpers
     cdef object _enqueue(self, str name):
         """The flight recorder's entry of this call (FlightRecorder.enqueue's), or None."""
@@ -280,3 +436,58 @@ def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, 
         result = self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), False, None, 1)
         fast.learn_all_reduce(sendbuf, recvbuf, op)
     return result
+
+
+cdef inline object _general(self, str name, planner, tuple args, async_op, timeout):
+    cdef FastPath fast = self._fast
+    if fast is None or async_op or timeout is not None:
+        return self._call(name, planner, args, async_op, timeout, 1)
+    return fast.call(name, planner, args)
+
+
+def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False, timeout=None):
+    """Reduce to ``root``'s ``recvbuf`` (None: in place in the root's ``sendbuf``)."""
+    return _general(self, "reduce", _plans.reduce, (self, sendbuf, recvbuf, op, root), async_op, timeout)
+
+
+def broadcast(self, buf, root=0, *, async_op=False, timeout=None):
+    """Copy ``root``'s ``buf`` into every rank's ``buf``."""
+    return _general(self, "broadcast", _plans.broadcast, (self, buf, root), async_op, timeout)
+
+
+def all_gather(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
+    """``recvbuf`` (size x len(sendbuf), rank-major) gets every rank's ``sendbuf``.
+    In place when ``sendbuf`` is block ``rank`` of ``recvbuf``."""
+    return _general(self, "all_gather", _plans.all_gather, (self, sendbuf, recvbuf), async_op, timeout)
+
+
+def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, ring_order=False, async_op=False, timeout=None):
+    """Block i of ``sendbuf`` (size x len(recvbuf)) reduced over all ranks lands in
+    rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``.
+
+    ``ring_order=True`` (host buffers): block b is combined as gloo's ring combines it,
+    ((x[b-1] op x[b-2]) op ...) op x[b] with ranks mod size, on every transport alike, so
+    float sums and products are the same bits whichever transport ran them (and gloo's;
+    MAX/MIN may still differ in which NaN or which zero's sign wins)."""
+    return _general(self, "reduce_scatter", _plans.reduce_scatter, (self, sendbuf, recvbuf, op, ring_order),
+                    async_op, timeout)
+
+
+def all_to_all(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
+    """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
+    return _general(self, "all_to_all", _plans.all_to_all, (self, sendbuf, recvbuf), async_op, timeout)
+
+
+def gather(self, sendbuf, recvbuf=None, root=0, *, async_op=False, timeout=None):
+    """``root``'s ``recvbuf`` (size x len(sendbuf)) gets every rank's ``sendbuf``."""
+    return _general(self, "gather", _plans.gather, (self, sendbuf, recvbuf, root), async_op, timeout)
+
+
+def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False, timeout=None):
+    """Block i of ``root``'s ``sendbuf`` goes to rank i's ``recvbuf``."""
+    return _general(self, "scatter", _plans.scatter, (self, sendbuf, recvbuf, root), async_op, timeout)
+
+
+def barrier(self, *, async_op=False, timeout=None):
+    """Return once every rank has entered the barrier."""
+    return _general(self, "barrier", _plans.barrier, (self,), async_op, timeout)

@@ -27,7 +27,7 @@ import numpy as np
 from .. import _env
 from .._errors import InvalidArgument, InvalidUsage, UnicclError
 from .._plugins import manager
-from .._types import MemcpyKind, ReduceOp
+from .._types import MemcpyKind
 from ..observability import flight as _fl
 from ..observability import log as _log
 from ..observability import metrics as _metrics
@@ -291,49 +291,17 @@ class Communicator(CommunicatorViews):
             )
 
     # ------------------------------------------------------------- collectives
-    # Reduce ``sendbuf`` over all ranks into ``recvbuf`` (None: in place): compiled (_fastpath)
+    # The collectives: compiled (comm/_fastpath.pyx), so that a call of a learnt shape makes no
+    # Python frame; each is ``_call(name, plans.<name>, ...)`` otherwise.
     all_reduce = _fastpath.all_reduce
-
-    def reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0, *, async_op=False, timeout=None):
-        """Reduce to ``root``'s ``recvbuf`` (None: in place in the root's ``sendbuf``)."""
-        return self._call("reduce", _plans.reduce, (self, sendbuf, recvbuf, op, root), async_op, timeout)
-
-    def broadcast(self, buf, root=0, *, async_op=False, timeout=None):
-        """Copy ``root``'s ``buf`` into every rank's ``buf``."""
-        return self._call("broadcast", _plans.broadcast, (self, buf, root), async_op, timeout)
-
-    def all_gather(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
-        """``recvbuf`` (size x len(sendbuf), rank-major) gets every rank's ``sendbuf``.
-        In place when ``sendbuf`` is block ``rank`` of ``recvbuf``."""
-        return self._call("all_gather", _plans.all_gather, (self, sendbuf, recvbuf), async_op, timeout)
-
-    def reduce_scatter(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, ring_order=False, async_op=False, timeout=None):
-        """Block i of ``sendbuf`` (size x len(recvbuf)) reduced over all ranks lands in
-        rank i's ``recvbuf``.  In place when ``recvbuf`` is block ``rank`` of ``sendbuf``.
-
-        ``ring_order=True`` (host buffers): block b is combined as gloo's ring combines it,
-        ((x[b-1] op x[b-2]) op ...) op x[b] with ranks mod size, on every transport alike, so
-        float sums and products are the same bits whichever transport ran them (and gloo's;
-        MAX/MIN may still differ in which NaN or which zero's sign wins)."""
-        return self._call(
-            "reduce_scatter", _plans.reduce_scatter, (self, sendbuf, recvbuf, op, ring_order), async_op, timeout
-        )
-
-    def all_to_all(self, sendbuf, recvbuf, *, async_op=False, timeout=None):
-        """Block i of ``sendbuf`` goes to rank i; block j of ``recvbuf`` comes from rank j."""
-        return self._call("all_to_all", _plans.all_to_all, (self, sendbuf, recvbuf), async_op, timeout)
-
-    def gather(self, sendbuf, recvbuf=None, root=0, *, async_op=False, timeout=None):
-        """``root``'s ``recvbuf`` (size x len(sendbuf)) gets every rank's ``sendbuf``."""
-        return self._call("gather", _plans.gather, (self, sendbuf, recvbuf, root), async_op, timeout)
-
-    def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False, timeout=None):
-        """Block i of ``root``'s ``sendbuf`` goes to rank i's ``recvbuf``."""
-        return self._call("scatter", _plans.scatter, (self, sendbuf, recvbuf, root), async_op, timeout)
-
-    def barrier(self, *, async_op=False, timeout=None):
-        """Return once every rank has entered the barrier."""
-        return self._call("barrier", _plans.barrier, (self,), async_op, timeout)
+    reduce = _fastpath.reduce
+    broadcast = _fastpath.broadcast
+    all_gather = _fastpath.all_gather
+    reduce_scatter = _fastpath.reduce_scatter
+    all_to_all = _fastpath.all_to_all
+    gather = _fastpath.gather
+    scatter = _fastpath.scatter
+    barrier = _fastpath.barrier
 
     def send(self, buf, peer: int, *, async_op=False, timeout=None):
         """Send ``buf`` to ``peer`` (matched in order with its ``recv``)."""

@@ -3,6 +3,7 @@ asynchronous work reach the caller."""
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -165,16 +166,29 @@ def test_destroy_finishes_work_and_joins_the_worker(plugin):
         python = {t.native_id for t in threading.enumerate()}  # process, e.g. uniccl's, come and go)
         return sum(1 for t in os.listdir("/proc/self/task") if int(t) not in python)
 
+    def settled(want):  # a Python thread of an earlier test that is just ending is briefly counted
+        deadline = time.monotonic() + 5
+        while threads() != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return threads()
+
+    deadline = time.monotonic() + 5
     before = threads()
+    while time.monotonic() < deadline:  # wait until no ending thread of another test is counted
+        time.sleep(0.05)
+        now = threads()
+        if now == before:
+            break
+        before = now
     streams = [plugin.uniccl_stream_create(0) for _ in range(4)]
-    assert threads() == before + 4
+    assert settled(before + 4) == before + 4
     xs = [np.zeros(1 << 20, np.float32) for _ in streams]
     ones = [slow_increments(plugin, x, 3, s) for x, s in zip(xs, streams)]
     for s in streams:
         plugin.uniccl_stream_destroy(s)
-    assert threads() == before
+    assert threads() == before  # destroy joined them: no wait needed here
     assert all((x == 3).all() for x in xs) and len(ones) == 4
     collected = plugin.uniccl_stream_create(0)
-    assert threads() == before + 1
+    assert settled(before + 1) == before + 1
     del collected  # dropped without destroy: the worker is still joined
     assert threads() == before

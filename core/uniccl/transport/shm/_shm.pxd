@@ -21,6 +21,7 @@ cdef class ShmEngine:
     # abort() closed it -- that was a SIGSEGV in abort's tests.
     cdef int _users
 
+    cdef int agree_records(self, const int64_t *rec, int64_t *res) except -1
     cdef int agreed_all_reduce(self, const int64_t *rec, int64_t *res, uintptr_t send, uintptr_t recv,
                                size_t count, int dtype, int op) except -1
     cdef _records(self, header, out, str op)

@@ -401,12 +401,14 @@ cdef class ShmEngine:
         """Allgather of one int64[RECORD_WORDS] record per rank into ``out`` (int64[size, RECORD_WORDS]),
         through shared memory; returns once every rank has called it (a barrier).
         Returns True when every rank's record equals ``header`` (compared here, in C)."""
-        cdef uc_shm *e = self._live("agree")
-        cdef int rc
+        self._live("agree")
         self._records(header, out, "agree")
-        cdef const int64_t *rec = <const int64_t *>cnp.PyArray_DATA(header)
-        cdef int64_t *res = <int64_t *>cnp.PyArray_DATA(out)
-        cdef int same = 1, q, n = self.size
+        return self.agree_records(<const int64_t *>cnp.PyArray_DATA(header), <int64_t *>cnp.PyArray_DATA(out)) == 1
+
+    cdef int agree_records(self, const int64_t *rec, int64_t *res) except -1:
+        """:meth:`agree` on checked records: 1 when every rank's equals ``rec``, else 0."""
+        cdef uc_shm *e = self._live("agree")
+        cdef int rc, same = 1, q, n = self.size
         self._users += 1  # the engine outlives every thread inside it (see close)
         try:
             with nogil:
@@ -420,7 +422,7 @@ cdef class ShmEngine:
                 self._raise(rc)
         finally:
             self._users -= 1
-        return same == 1
+        return same
 
     def barrier(self):
         cdef uc_shm *e = self._live("barrier")
