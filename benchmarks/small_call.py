@@ -1,6 +1,8 @@
 """Per-call time of an 8-byte all_reduce on the default path (``uniccl run``: shared memory),
 for A/B checks of the call path between two builds, beside the shared-memory engine's own
-call on the same buffer in the same processes (the floor the API's overhead is measured over).
+call on the same buffer in the same processes (the floor the API's overhead is measured over),
+and a persistent all_reduce (``comm.all_reduce_init``: ``start()`` then ``wait()``) where the
+build has one.
 
     uniccl run -n 2 python benchmarks/small_call.py
 
@@ -33,12 +35,20 @@ with uniccl.init() as comm:
         for _ in range(CALLS):
             engine.all_reduce(ptr, ptr, 2, int(DType.FLOAT32), int(ReduceOp.SUM))
 
+    req = comm.all_reduce_init(x) if hasattr(comm, "all_reduce_init") else None
+
+    def persistent():
+        start, wait = req.start, req.wait
+        for _ in range(CALLS):
+            start()
+            wait()
+
     for _ in range(500):
         comm.all_reduce(x)
-    blocks = {"api": [], "engine": []}
+    blocks = {"api": [], "engine": [], "persistent": []}
     for _ in range(7):
-        for name, fn in (("api", api), ("engine", bare)):
-            if name == "engine" and engine is None:
+        for name, fn in (("api", api), ("engine", bare), ("persistent", persistent)):
+            if (name == "engine" and engine is None) or (name == "persistent" and req is None):
                 continue
             comm.barrier()
             t0 = time.perf_counter()
@@ -50,4 +60,6 @@ with uniccl.init() as comm:
         if blocks["engine"]:
             e = statistics.median(blocks["engine"])
             line += f"; the engine's own call {e:.2f} us; the API adds {a - e:.2f} us"
+        if blocks["persistent"]:
+            line += f"; persistent start+wait {statistics.median(blocks['persistent']):.2f} us"
         print(line, flush=True)

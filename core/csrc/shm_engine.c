@@ -129,7 +129,7 @@ struct uc_shm {
     uint64_t timeout_ns;
     uint64_t g;            /* next chunk number */
     uint64_t agree_g;      /* 1 + chunk of my last published record, 0 none */
-    const int64_t *rec_in; /* uc_shm_all_reduce_agreed: this rank's record, until judged */
+    const int64_t *rec_in; /* uc_shm_agreed: this rank's record, until judged */
     int64_t *rec_out;      /* ... and where every rank's record goes */
     int arriving;          /* in the rendezvous that starts a call: a timeout there means "never came" */
     _Atomic int busy;
@@ -907,7 +907,7 @@ static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
 }
 
 /* ------------------------------------------------ the record in the rendezvous
- * uc_shm_all_reduce_agreed publishes the call's record (see agree_impl) in the data's
+ * uc_shm_agreed publishes the call's record (see agree_impl) in the data's
  * first rendezvous instead of a round of its own: the same line, the same generation and
  * the same READY signal, so a rank that calls uc_shm_agree there (another collective, or
  * an error) meets it and both see every record.  On a difference every rank leaves at
@@ -939,6 +939,17 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     return UC_SHM_EMISMATCH;
 }
 
+/* With a record: the call's first rendezvous is everyone's, at generation g.  A rank that
+ * would not signal READY there (a receiver of broadcast, scatter, gather's root) signals it
+ * now, with no data; every rank waits for all and judges the records before it touches a
+ * peer's slot or address or signals again (then a difference leaves nothing moved). */
+static int rec_meet(uc_shm *e, uint64_t g, int signalled) {
+    if (!e->rec_in) return UC_SHM_OK;
+    if (!signalled) sig(e, OFF_READY, g + 1);
+    WAIT(e, OFF_READY, g + 1, -1);
+    return rec_judge(e, g);
+}
+
 /* ============================================================ reductions */
 /* One round: everyone stages all, the folders (root, or all when root < 0) fold
  * every slot in rank order into recv. */
@@ -946,10 +957,9 @@ static int reduce_small(uc_shm *e, const void *send, void *recv, size_t count, s
                         int root) {
     uint64_t g = e->g++;
     int rc = rec_publish(e);
-    if (rc || (rc = stage(e, g, send, count * isz))) return rc;
+    if (rc || (rc = stage(e, g, send, count * isz)) || (rc = rec_meet(e, g, 1))) return rc;
     if (root < 0 || root == e->rank) {
         WAIT(e, OFF_READY, g + 1, -1);
-        if ((rc = rec_judge(e, g))) return rc;
         for (int q = 0; q < e->size; q++) {
             e->src[q] = slot(e, q, g);
             if (q != e->rank) CHECKED(check_src(e, q, g, WHOLE(e), e->src[q], count * isz));
@@ -1148,6 +1158,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
     size_t nchunks = (count + mb - 1) / mb;
     uint64_t g0 = e->g;
     e->g += nchunks;
+    CHECKED(rec_publish(e));
     for (size_t k = 0; k <= nchunks && !rc; k++) {
         if (k < nchunks) { /* A(k): stage */
             uint64_t g = g0 + k;
@@ -1160,6 +1171,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
                     seal(e, g, q, s + (size_t)q * mb * isz, m * isz);
                 }
             sig(e, OFF_READY, g + 1);
+            if (k == 0) CHECKED(rec_meet(e, g0, 1));
         }
         if (k >= 1) { /* B(k-1): fold my block */
             uint64_t g = g0 + k - 1;
@@ -1189,14 +1201,17 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
     if (root < 0 || root >= n) return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
     if (nbytes && !buf) return bad(e, "null buffer");
     if (!nbytes || n == 1) return UC_SHM_OK;
+    CHECKED(rec_publish(e));
     if (use_cma(e, nbytes)) {
         uint64_t g = e->g++;
         if (me == root) {
             publish(e, buf);
             sig(e, OFF_READY, g + 1);
+            CHECKED(rec_meet(e, g, 1));
             sig(e, OFF_CONSUMED, g + 1);
             WAIT(e, OFF_CONSUMED, g + 1, -1);
         } else {
+            CHECKED(rec_meet(e, g, 0));
             WAIT(e, OFF_READY, g + 1, root);
             if ((rc = cma_read(e, root, buf, published(e, root), nbytes))) return rc;
             sig(e, OFF_CONSUMED, g + 1);
@@ -1211,8 +1226,9 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = nbytes - off < chunk ? nbytes - off : chunk;
         if (me == root) {
-            if ((rc = stage(e, g, buf + off, m))) return rc;
+            if ((rc = stage(e, g, buf + off, m)) || (k == 0 && (rc = rec_meet(e, g0, 1)))) return rc;
         } else {
+            if (k == 0) CHECKED(rec_meet(e, g0, 0));
             WAIT(e, OFF_READY, g + 1, root);
             CHECKED(take(e, root, g, WHOLE(e), buf + off, slot(e, root, g), m, nt));
         }
@@ -1238,10 +1254,12 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     int nt = bb * n >= e->nt_min_bytes;
+    CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
+        CHECKED(rec_meet(e, g, 1));
         if (!inplace) copy_out(e, mine, send, bb, nt);
         for (int k = 1; k < n; k++) {
             int q = (me + k) % n;
@@ -1255,7 +1273,7 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     size_t chunk = e->slot_bytes, nchunks = (bb + chunk - 1) / chunk;
     uint64_t g0 = e->g;
     e->g += nchunks;
-    if ((rc = stage(e, g0, send, bb < chunk ? bb : chunk))) return rc;
+    if ((rc = stage(e, g0, send, bb < chunk ? bb : chunk)) || (rc = rec_meet(e, g0, 1))) return rc;
     for (size_t k = 0; k < nchunks; k++) {
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = bb - off < chunk ? bb - off : chunk;
@@ -1287,10 +1305,12 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     int nt = bb * n >= e->nt_min_bytes;
     copy_out(e, recv + (size_t)me * bb, send + (size_t)me * bb, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
+        CHECKED(rec_meet(e, g, 1));
         for (int k = 1; k < n; k++) {
             int q = (me + k) % n;
             WAIT(e, OFF_READY, g + 1, q);
@@ -1316,6 +1336,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
+            if (k == 0) CHECKED(rec_meet(e, g0, 1));
         }
         if (k >= 1) {
             uint64_t g = g0 + k - 1;
@@ -1347,9 +1368,11 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
     int nt = bb * n >= e->nt_min_bytes;
     if (is_root && !inplace) copy_out(e, recv + (size_t)me * bb, send, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         if (is_root) {
+            CHECKED(rec_meet(e, g, 0));
             for (int k = 1; k < n; k++) {
                 int q = (me + k) % n;
                 WAIT(e, OFF_READY, g + 1, q);
@@ -1359,6 +1382,7 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
         } else {
             publish(e, send);
             sig(e, OFF_READY, g + 1);
+            CHECKED(rec_meet(e, g, 1));
             WAIT(e, OFF_CONSUMED, g + 1, root);
             sig(e, OFF_CONSUMED, g + 1);
         }
@@ -1371,12 +1395,13 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = bb - off < chunk ? bb - off : chunk;
         if (is_root) {
+            if (k == 0) CHECKED(rec_meet(e, g0, 0));
             for (int j = 1; j < n; j++) {
                 int q = (me + j) % n;
                 WAIT(e, OFF_READY, g + 1, q);
                 CHECKED(take(e, q, g, WHOLE(e), recv + (size_t)q * bb + off, slot(e, q, g), m, nt));
             }
-        } else if ((rc = stage(e, g, send + off, m))) {
+        } else if ((rc = stage(e, g, send + off, m)) || (k == 0 && (rc = rec_meet(e, g0, 1)))) {
             return rc;
         }
         sig(e, OFF_CONSUMED, g + 1);
@@ -1399,14 +1424,17 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
     int nt = bb >= e->nt_min_bytes;
     if (is_root && !inplace) copy_out(e, recv, send + (size_t)me * bb, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
         if (is_root) {
             publish(e, send);
             sig(e, OFF_READY, g + 1);
+            CHECKED(rec_meet(e, g, 1));
             sig(e, OFF_CONSUMED, g + 1);
             WAIT(e, OFF_CONSUMED, g + 1, -1);
         } else {
+            CHECKED(rec_meet(e, g, 0));
             WAIT(e, OFF_READY, g + 1, root);
             if ((rc = cma_read(e, root, recv, published(e, root) + (uint64_t)me * bb, bb))) return rc;
             sig(e, OFF_CONSUMED, g + 1);
@@ -1428,7 +1456,9 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
+            if (k == 0) CHECKED(rec_meet(e, g0, 1));
         } else {
+            if (k == 0) CHECKED(rec_meet(e, g0, 0));
             WAIT(e, OFF_READY, g + 1, root);
             CHECKED(take(e, root, g, me, recv + off, slot(e, root, g) + (size_t)me * mb, m, nt));
         }
@@ -1517,21 +1547,50 @@ int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out) {
     return rc ? rc : end(e, agree_impl(e, record, out));
 }
 
-int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
-                             size_t count, int dtype, int op) {
-    int rc = begin(e, "all_reduce");
+/* One collective (coll: a UC_SHM_COLL_* code) run by its _impl. */
+static int dispatch(uc_shm *e, int coll, const void *send, void *recv, size_t n, int dtype, int op,
+                    int root) {
+    switch (coll) {
+    case UC_SHM_COLL_BARRIER: return barrier_impl(e);
+    case UC_SHM_COLL_ALL_REDUCE: return all_reduce_impl(e, send, recv, n, dtype, op);
+    case UC_SHM_COLL_REDUCE: return reduce_impl(e, send, recv, n, dtype, op, root);
+    case UC_SHM_COLL_BROADCAST: return broadcast_impl(e, recv, n, root);
+    case UC_SHM_COLL_ALL_GATHER: return all_gather_impl(e, send, recv, n);
+    case UC_SHM_COLL_REDUCE_SCATTER: {
+        e->ring_order = op >= 0 && (op & UC_SHM_RING_ORDER) != 0;
+        int rc = reduce_scatter_impl(e, send, recv, n, dtype, e->ring_order ? op & ~UC_SHM_RING_ORDER : op);
+        e->ring_order = 0;
+        return rc;
+    }
+    case UC_SHM_COLL_ALL_TO_ALL: return all_to_all_impl(e, send, recv, n);
+    case UC_SHM_COLL_GATHER: return gather_impl(e, send, recv, n, root);
+    case UC_SHM_COLL_SCATTER: return scatter_impl(e, send, recv, n, root);
+    }
+    return bad(e, "collective code %d is not one of 0..%d", coll, UC_SHM_COLL_SCATTER);
+}
+
+static const char *const COLL_NAMES[] = {"barrier",        "all_reduce", "reduce", "broadcast", "all_gather",
+                                         "reduce_scatter", "all_to_all", "gather", "scatter"};
+
+int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
+                  size_t n, int dtype, int op, int root) {
+    int known = coll >= 0 && coll <= UC_SHM_COLL_SCATTER;
+    int rc = begin(e, known ? COLL_NAMES[coll] : "agreed");
     if (rc) return rc;
     if (!record || !out) return end(e, bad(e, "null record"));
-    if (!count || e->size == 1) { /* the data has no rendezvous to ride on: one of its own */
+    if (!known) return end(e, dispatch(e, coll, send, recv, n, dtype, op, root));
+    if (!n || e->size == 1 || coll == UC_SHM_COLL_BARRIER) { /* no data rendezvous to ride on */
         if (!(rc = agree_impl(e, record, out)))
             for (int q = 0; q < e->size; q++)
                 if (memcmp(out + (size_t)q * NREC, record, NREC * sizeof(int64_t)) != 0)
                     rc = UC_SHM_EMISMATCH;
-        return end(e, rc ? rc : all_reduce_impl(e, send, recv, count, dtype, op));
+        /* the agreement was the barrier */
+        return end(
+            e, (rc || coll == UC_SHM_COLL_BARRIER) ? rc : dispatch(e, coll, send, recv, n, dtype, op, root));
     }
     e->rec_in = record;
     e->rec_out = out;
-    rc = all_reduce_impl(e, send, recv, count, dtype, op);
+    rc = dispatch(e, coll, send, recv, n, dtype, op, root);
     e->rec_in = NULL; /* judged, or the call failed before its rendezvous */
     return end(e, rc);
 }

@@ -46,7 +46,7 @@ enum {
     UC_SHM_EINTR,     /* the interrupt callback asked to stop (e.g. a pending KeyboardInterrupt) */
     UC_SHM_EABORTED,  /* uc_shm_abort was called on this rank (maybe from another thread) */
     UC_SHM_ECORRUPT,  /* data from remote_rank failed its checksum (checksums on) */
-    UC_SHM_EMISMATCH, /* uc_shm_all_reduce_agreed: the ranks' records differ; nothing moved (engine usable) */
+    UC_SHM_EMISMATCH, /* uc_shm_agreed: the ranks' records differ; nothing moved (engine usable) */
 };
 
 /* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
@@ -146,10 +146,24 @@ int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out);
 int uc_shm_barrier(uc_shm *e);
 
 int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op);
-/* uc_shm_agree and uc_shm_all_reduce in one rendezvous: ``record`` is published with the
- * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ. */
-int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
-                             size_t count, int dtype, int op);
+/* The collectives' codes: the COLL field of a call's record (uniccl.transport.record.COLLECTIVES). */
+enum {
+    UC_SHM_COLL_BARRIER = 0,
+    UC_SHM_COLL_ALL_REDUCE = 1,
+    UC_SHM_COLL_REDUCE = 2,
+    UC_SHM_COLL_BROADCAST = 3,
+    UC_SHM_COLL_ALL_GATHER = 4,
+    UC_SHM_COLL_REDUCE_SCATTER = 5,
+    UC_SHM_COLL_ALL_TO_ALL = 6,
+    UC_SHM_COLL_GATHER = 7,
+    UC_SHM_COLL_SCATTER = 8,
+};
+/* uc_shm_agree and collective `coll` in one rendezvous: ``record`` is published with the
+ * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ.
+ * The arguments are those of the collective's own entry point below: n its count (reductions),
+ * nbytes (broadcast, whose buffer is recv) or block_bytes (the others); op, root where it has them. */
+int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
+                  size_t n, int dtype, int op, int root);
 /* count: elements per rank block; recv may be block `rank` of send.  op | UC_SHM_RING_ORDER:
  * block b is folded as gloo's ring adds it, ((x[b-1] + x[b-2]) + ...) + x[b] (ranks mod n). */
 #define UC_SHM_RING_ORDER 0x100

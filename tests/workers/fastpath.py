@@ -266,6 +266,49 @@ for _ in range(4):
     assert comm.barrier() is None
 assert fast.served - before == 3
 
+
+# 12. the record rides on every collective's data: ranks that call different collectives (or
+# roots) as one call, at a size on the slots and one read single-copy, all raise InvalidUsage
+# naming both, and nothing moved: the next calls are right
+def mover(name, elems):
+    s, rv = np.full(elems, r + 1.0), np.zeros(elems * n)
+    return {
+        "broadcast": lambda: comm.broadcast(s, root=0),
+        "broadcast1": lambda: comm.broadcast(s, root=n - 1),
+        "all_gather": lambda: comm.all_gather(s, rv),
+        "gather": lambda: comm.gather(s, rv if r == 0 else None, root=0),
+        "scatter": lambda: comm.scatter(rv if r == 0 else None, s, root=0),
+        "all_to_all": lambda: comm.all_to_all(rv, np.zeros(elems * n)),
+        "reduce_scatter": lambda: comm.reduce_scatter(rv, s),
+        "reduce": lambda: comm.reduce(s, np.zeros(elems) if r == 0 else None, root=0),
+        "all_reduce": lambda: comm.all_reduce(s),
+        "barrier": lambda: comm.barrier(),
+    }[name]
+
+
+pairs = [
+    ("broadcast", "gather"),
+    ("broadcast", "broadcast1"),
+    ("all_gather", "scatter"),
+    ("all_to_all", "reduce"),
+    ("reduce_scatter", "all_gather"),
+    ("gather", "all_reduce"),
+    ("scatter", "barrier"),
+]
+for elems in (4, 1 << 17):  # 32 B, and 1 MiB blocks (single-copy reads, or several slot chunks)
+    for mine, theirs in pairs:
+        calls = {name: mover(name, elems) for name in (mine, theirs)}
+        for name in (mine, theirs, mine, theirs):  # each learnt: compiled on every rank from here
+            calls[name]()
+        try:
+            calls[mine if r == 0 else theirs]()
+            sys.exit(f"rank {r}: {mine} against {theirs} ({elems} elements) was not caught")
+        except uniccl.InvalidUsage as exc:
+            assert "mismatched call" in str(exc), (mine, theirs, exc)
+        t = np.full(5, r + 1.0)
+        comm.all_reduce(t)
+        assert np.array_equal(t, np.full(5, float(tri))), (mine, theirs, elems, t)
+
 served = fast.served
 comm.destroy()
 try:

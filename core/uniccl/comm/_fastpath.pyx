@@ -11,8 +11,8 @@ same op object -- and the communicator is in the state the general path took its
 (no group open, no async work queued, no tracing, the default timeout, not destroyed, not a
 forked child).  Anything else returns :data:`MISS` and the caller takes the general path.
 
-What stays on: the cross-rank record (it rides on the data in the engine, as on the general
-path), the flight recorder's entry (the same list, with the caller's code and line), the
+What stays on: the cross-rank record (it rides on the data in the engine's agreed call, as
+on the general path), the flight recorder's entry (the same list, with the caller's code and line), the
 telemetry counters (the same ``Stat``), the communicator's call number and lock.  A mismatch
 or a failure is handed back to the general path's Python (``agreement.judge``,
 ``outcome.failed``), which names the call, the rank and the cause exactly as before.
@@ -52,7 +52,7 @@ MISS = object()  #: "not served here: take the general path"
 cdef int R_ERR = _record.ERR, R_COLL = _record.COLL, R_DTYPE = _record.DTYPE, R_COUNT = _record.COUNT
 cdef int R_OP = _record.OP, R_ROOT = _record.ROOT, R_NATIVE = _record.NATIVE, R_DEVRED = _record.DEVRED
 cdef int R_WORDS = _record.RECORD_WORDS
-cdef int64_t COLL_ALL_REDUCE = _record.COLLECTIVES.index("all_reduce")
+cdef int COLL_ALL_REDUCE = _record.COLLECTIVES.index("all_reduce")
 cdef Py_ssize_t F_SEQ = _fl.SEQ, F_DTYPE = _fl.DTYPE, F_COUNT = _fl.COUNT, F_ROOT = _fl.ROOT
 cdef Py_ssize_t F_PATH = _fl.PATH, F_STATE = _fl.STATE, F_T_ENQ = _fl.T_ENQ, F_T_START = _fl.T_START
 cdef Py_ssize_t F_T_END = _fl.T_END, F_CODE = _fl.CODE, F_LASTI = _fl.LASTI, F_FIELDS = len(_fl.FIELDS)
@@ -108,9 +108,14 @@ cdef class Shape:
     cdef list scalars
     cdef int result_index  # which argument the call returns (-1: None)
     cdef object plan, choice, dtype_obj, count_obj, root_obj
-    cdef int64_t coll, dtype, count, op, root
+    cdef int64_t coll, dtype, count, op, root  # the record's fields
     cdef uint64_t nbytes
     cdef Stat stat
+    # the plan's engine call (ShmEngine.agreed's arguments), unless it has none (barrier)
+    cdef bint has_engine
+    cdef uintptr_t e_send, e_recv
+    cdef size_t e_n
+    cdef int e_dtype, e_op, e_root
 
 
 cdef inline bint _same_scalar(object a, object b):
@@ -253,22 +258,16 @@ cdef class FastPath:
         cdef int64_t seq, t0
         self.lock_acquire()
         try:
-            if comm._destroyed:
-                raise InvalidUsage("the communicator was destroyed", op="all_reduce", rank=self.rank)
-            seq = comm._seq
-            comm._seq = seq + 1
-            comm._in_data = False
+            seq = self._start(comm, "all_reduce", entry, self.ar_dtype_obj, self.ar_count_obj, -1)
             if entry is not None:
-                entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
-                entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = self.ar_dtype_obj, self.ar_count_obj, -1
                 entry[F_PATH] = self.ar_choice
             t0 = _mono_ns()
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, self.ar_dtype, <int64_t>self.ar_count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = self.ar_op_code, -1, 0, 0
             comm._in_data = True
             try:
-                if not self.engine.agreed_all_reduce(h, self.hdrs, self.ar_send, self.ar_recv, self.ar_count,
-                                                     self.ar_dtype, self.ar_kop):
+                if not self.engine.agreed(h, self.hdrs, COLL_ALL_REDUCE, self.ar_send, self.ar_recv, self.ar_count,
+                                          self.ar_dtype, self.ar_kop, -1):
                     self._mismatched(sendbuf, recvbuf, op, entry, seq)
             except UnicclError as exc:
                 self._failed(sendbuf, recvbuf, op, entry, seq, exc)
@@ -290,17 +289,21 @@ cdef class FastPath:
         if sh is not None and _matches(sh, args) and self._ready(comm):
             return self._run(sh, name, args)
         result = comm._call(name, planner, args, False, None, 1)
-        self._learn(name, planner, args, result)
+        self.shapes.pop(name, None)
+        sh = self.shape(name, planner, args, result)
+        if sh is not None:
+            self.shapes[name] = sh
         return result
 
-    cdef _learn(self, str name, planner, tuple args, result):
+    cdef Shape shape(self, str name, planner, tuple args, result):
+        """The shape of a call of ``name`` with these arguments that returned ``result`` (the
+        general path ran it, or agreed on it), or None when it cannot be served here."""
         cdef Shape sh = Shape.__new__(Shape)
         cdef cnp.ndarray arr
         cdef int i
         comm = self.comm
-        self.shapes.pop(name, None)
         if comm._hier is not None or comm._faults is not None or len(args) - 1 > MAX_ARGS:
-            return
+            return None
         sh.n = len(args) - 1
         sh.scalars = [None] * sh.n
         sh.result_index = -1
@@ -317,21 +320,23 @@ cdef class FastPath:
                 sh.kind[i] = 2  # an op, a root, a flag (never a buffer of another kind)
                 sh.scalars[i] = a
             else:
-                return  # another buffer kind (bytearray, a tensor): the general path only
+                return None  # another buffer kind (bytearray, a tensor): the general path only
             if result is not None and result is a and sh.result_index < 0:
                 sh.result_index = i + 1
         if result is not None and sh.result_index < 0:
-            return
+            return None
         sh.same01 = sh.n >= 2 and args[1] is args[2]
         plan = planner(*args)  # the same checks as the call that just succeeded
         if plan.error is not None or plan.staged is not None or plan.p2p:
-            return
-        if plan.run is not None:
-            if plan.shm is None:
-                return
+            return None
+        sh.has_engine = plan.engine is not None
+        if sh.has_engine:
             sh.choice = self.tuner.choose(name, plan.nbytes)
             if sh.choice.transport != "shm":
-                return
+                return None
+            sh.e_send, sh.e_recv, sh.e_n, sh.e_dtype, sh.e_op, sh.e_root = plan.engine
+        elif plan.run is not None:
+            return None  # more than one engine call (AVG, an in-place all_to_all): the general path
         sh.plan = plan
         sh.coll = _record.COLLECTIVES.index(name)
         sh.dtype, sh.count = plan.dtype, plan.count
@@ -339,11 +344,11 @@ cdef class FastPath:
         sh.dtype_obj, sh.count_obj, sh.root_obj = plan.dtype, plan.count, plan.root
         sh.nbytes = plan.nbytes
         sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
-        self.shapes[name] = sh
+        return sh
 
     cdef object _run(self, Shape sh, str name, tuple args):
-        """What ``Communicator._execute`` does for this plan on the engine (agree, then the
-        plan's shared-memory runner), without making a plan."""
+        """What ``Communicator._execute`` does for this plan on the engine (the agreed engine
+        call, or the agreement alone for a barrier), without making a plan."""
         comm = self.comm
         plan = sh.plan
         entry = self._enqueue(name)
@@ -351,25 +356,24 @@ cdef class FastPath:
         cdef int64_t seq, t0
         self.lock_acquire()
         try:
-            if comm._destroyed:
-                raise InvalidUsage("the communicator was destroyed", op=name, rank=self.rank)
-            seq = comm._seq
-            comm._seq = seq + 1
-            comm._in_data = False
-            if entry is not None:
-                entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
-                entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = sh.dtype_obj, sh.count_obj, sh.root_obj
+            seq = self._start(comm, name, entry, sh.dtype_obj, sh.count_obj, sh.root_obj)
             t0 = _mono_ns()
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, sh.coll, sh.dtype, sh.count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = sh.op, sh.root, 0, 0
             try:
-                if not self.engine.agree_records(h, self.hdrs):
-                    _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
-                comm._in_data = True
-                if plan.run is not None:
+                if not sh.has_engine:
+                    if not self.engine.agree_records(h, self.hdrs):
+                        _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
+                else:
                     if entry is not None:
                         entry[F_PATH] = sh.choice
-                    plan.shm(self.engine)
+                    comm._in_data = True
+                    if not self.engine.agreed(h, self.hdrs, <int>sh.coll, sh.e_send, sh.e_recv, sh.e_n, sh.e_dtype,
+                                              sh.e_op, sh.e_root):
+                        comm._in_data = False  # nothing moved: every rank judges the same records
+                        _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
+                        comm._in_data = True
+                        plan.shm(self.engine)
             except UnicclError as exc:
                 if comm._telemetry is not None:
                     comm._telemetry.failure(name)
@@ -385,6 +389,19 @@ cdef class FastPath:
         return None if sh.result_index < 0 else args[sh.result_index]
 
     # ---------------------------------------------------------------- helpers
+    cdef int64_t _start(self, comm, str name, entry, dtype_obj, count_obj, root_obj) except -1:
+        """Under the lock: the call's number taken, its flight recorder entry started."""
+        cdef int64_t seq
+        if comm._destroyed:
+            raise InvalidUsage("the communicator was destroyed", op=name, rank=self.rank)
+        seq = comm._seq
+        comm._seq = seq + 1
+        comm._in_data = False
+        if entry is not None:
+            entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
+            entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = dtype_obj, count_obj, root_obj
+        return seq
+
     cdef object _enqueue(self, str name):
         """The flight recorder's entry of this call (FlightRecorder.enqueue's), or None."""
         cdef list entry
@@ -491,3 +508,131 @@ def scatter(self, sendbuf=None, recvbuf=None, root=0, *, async_op=False, timeout
 def barrier(self, *, async_op=False, timeout=None):
     """Return once every rank has entered the barrier."""
     return _general(self, "barrier", _plans.barrier, (self,), async_op, timeout)
+
+
+# ------------------------------------------------------------ persistent collectives
+cdef class Persistent:
+    """A persistent collective (MPI 4's ``MPI_Allreduce_init`` and kin): made by
+    ``comm.all_reduce_init(...)`` and the other ``*_init`` methods, which check the arguments
+    and agree on the call across ranks once; then ``start()`` runs it, as often as wanted, on
+    the same buffers.
+
+    ``start()`` completes the call before it returns (as uniccl's blocking calls do), unless
+    ``async_op=True`` queues it on the communicator's executor; ``wait()`` returns its result
+    (the output buffer, or None) and raises its error.  Every rank must start its persistent
+    calls, and make its other calls, in the same order: the call's record still rides on the
+    data, so a rank that starts something else gets ``InvalidUsage`` naming both sides.
+    Over shared memory a start goes from here to the engine's call with nothing checked again
+    but the communicator's state; elsewhere (TCP, MPI, device buffers) it is the ordinary call.
+    Telemetry, the flight recorder and the call numbers see each start as a call."""
+
+    cdef object comm, planner, args, work
+    cdef readonly str name
+    cdef FastPath fast
+    cdef Shape sh
+    cdef bint freed
+
+    def __init__(self, comm, str name, planner, tuple args, result):
+        self.comm, self.name, self.planner, self.args = comm, name, planner, args
+        self.fast = comm._fast
+        self.sh = None if self.fast is None else self.fast.shape(name, planner, args, result)
+        self.work = None
+        self.freed = False
+
+    def start(self, *, async_op=False):
+        """Run the call (``async_op=True``: queue it; ``wait()`` then waits for it)."""
+        cdef FastPath fast = self.fast
+        if self.freed:
+            raise InvalidUsage("start() of a freed persistent call", op=self.name, rank=self.comm.rank)
+        if self.work is not None:
+            raise InvalidUsage("start() of a persistent call still active: wait() for it first", op=self.name,
+                               rank=self.comm.rank)
+        if not async_op and self.sh is not None and fast._ready(self.comm):
+            self.work = _Done(fast._run(self.sh, self.name, self.args))
+        elif async_op:
+            self.work = self.comm._call(self.name, self.planner, self.args, True, None, 1)
+        else:
+            self.work = _Done(self.comm._call(self.name, self.planner, self.args, False, None, 1))
+
+    def wait(self, timeout=None):
+        """The started call's result (its output buffer, or None); raises its error."""
+        work, self.work = self.work, None
+        if work is None:
+            raise InvalidUsage("wait() of a persistent call that was not started", op=self.name,
+                               rank=self.comm.rank)
+        if type(work) is _Done:
+            return (<_Done>work).result
+        try:
+            return work.wait(timeout)
+        except BaseException:
+            if not work.is_completed():
+                self.work = work  # still active: wait() again
+            raise
+
+    def test(self) -> bool:
+        """True once the started call has completed (or when none is active)."""
+        return self.work is None or type(self.work) is _Done or self.work.is_completed()
+
+    def free(self):
+        """Release the call (MPI_Request_free); a start afterwards is InvalidUsage."""
+        if self.work is not None and not self.test():
+            raise InvalidUsage("free() of a persistent call still active: wait() for it first", op=self.name,
+                               rank=self.comm.rank)
+        self.freed, self.work, self.sh, self.args = True, None, None, ()
+
+    def __repr__(self):
+        state = "freed" if self.freed else "active" if self.work is not None else "inactive"
+        return f"<uniccl.Persistent {self.name} {state}>"
+
+
+cdef class _Done:
+    """A completed start's result."""
+    cdef object result
+
+    def __cinit__(self, result):
+        self.result = result
+
+
+def all_reduce_init(self, sendbuf, recvbuf=None, op=ReduceOp.SUM):
+    """A persistent :meth:`all_reduce` (collective; see :class:`Persistent`)."""
+    return self._persistent("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op))
+
+
+def reduce_init(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, root=0):
+    """A persistent :meth:`reduce`."""
+    return self._persistent("reduce", _plans.reduce, (self, sendbuf, recvbuf, op, root))
+
+
+def broadcast_init(self, buf, root=0):
+    """A persistent :meth:`broadcast`."""
+    return self._persistent("broadcast", _plans.broadcast, (self, buf, root))
+
+
+def all_gather_init(self, sendbuf, recvbuf):
+    """A persistent :meth:`all_gather`."""
+    return self._persistent("all_gather", _plans.all_gather, (self, sendbuf, recvbuf))
+
+
+def reduce_scatter_init(self, sendbuf, recvbuf, op=ReduceOp.SUM, *, ring_order=False):
+    """A persistent :meth:`reduce_scatter`."""
+    return self._persistent("reduce_scatter", _plans.reduce_scatter, (self, sendbuf, recvbuf, op, ring_order))
+
+
+def all_to_all_init(self, sendbuf, recvbuf):
+    """A persistent :meth:`all_to_all`."""
+    return self._persistent("all_to_all", _plans.all_to_all, (self, sendbuf, recvbuf))
+
+
+def gather_init(self, sendbuf, recvbuf=None, root=0):
+    """A persistent :meth:`gather`."""
+    return self._persistent("gather", _plans.gather, (self, sendbuf, recvbuf, root))
+
+
+def scatter_init(self, sendbuf=None, recvbuf=None, root=0):
+    """A persistent :meth:`scatter`."""
+    return self._persistent("scatter", _plans.scatter, (self, sendbuf, recvbuf, root))
+
+
+def barrier_init(self):
+    """A persistent :meth:`barrier`."""
+    return self._persistent("barrier", _plans.barrier, (self,))

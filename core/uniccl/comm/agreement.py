@@ -7,7 +7,8 @@ arguments were bad, the collective, dtype, count, op and root (those of them tha
 collective must agree on, :data:`_AGREE`), and the device path this rank would take.  How the
 records travel depends on the transport:
 
-- shared memory, all_reduce: on the data's first rendezvous (:func:`run_fused`);
+- shared memory: on the data's first rendezvous (:func:`run_fused`; a call whose engine
+  run is more than one engine call, AVG or an in-place all_to_all: :func:`agree` first);
 - TCP and MPI (host buffers): alongside the data (:func:`run_announced`; the transport calls
   the communicator's :class:`Mismatched` when they differ);
 - otherwise: exchanged before any data moves (:func:`agree`).
@@ -102,13 +103,13 @@ def run_fused(comm, plan: Plan, seq: int, choice):
     if plan.entry is not None:
         plan.entry[_fl.PATH] = choice
     comm._in_data = True
-    agreed, result = plan.shm_agreed(comm._engine)
-    if agreed:
-        return result
+    engine = comm._engine
+    if engine.agreed_call(comm._hdr, comm._hdrs, _COLL_IDS[plan.name], *plan.engine):
+        return plan.result
     comm._in_data = False  # nothing moved: every rank judges the same records
     judge(comm, plan, seq, None)
     comm._in_data = True  # they differ only where the call allows it (paths): as after agree
-    return plan.shm(comm._engine)
+    return plan.shm(engine)
 
 
 def run_announced(comm, plan: Plan, seq: int):

@@ -302,6 +302,16 @@ class Communicator(CommunicatorViews):
     gather = _fastpath.gather
     scatter = _fastpath.scatter
     barrier = _fastpath.barrier
+    # persistent collectives (MPI 4's *_init): checked and agreed once, then start()/wait()
+    all_reduce_init = _fastpath.all_reduce_init
+    reduce_init = _fastpath.reduce_init
+    broadcast_init = _fastpath.broadcast_init
+    all_gather_init = _fastpath.all_gather_init
+    reduce_scatter_init = _fastpath.reduce_scatter_init
+    all_to_all_init = _fastpath.all_to_all_init
+    gather_init = _fastpath.gather_init
+    scatter_init = _fastpath.scatter_init
+    barrier_init = _fastpath.barrier_init
 
     def send(self, buf, peer: int, *, async_op=False, timeout=None):
         """Send ``buf`` to ``peer`` (matched in order with its ``recv``)."""
@@ -370,6 +380,29 @@ class Communicator(CommunicatorViews):
         return self._t.allgather_obj(obj) if self.size > 1 else [obj]
 
     # ----------------------------------------------------------------- plumbing
+    def _persistent(self, name, planner, args) -> _fastpath.Persistent:
+        """A persistent ``name``: its arguments checked here, then one agreement of its record
+        across ranks (a numbered call that moves no data; a bad argument or a mismatch raises
+        on every rank, as for the call itself)."""
+        op = f"{name}_init"
+        self._alive(op)
+        if _group.current() is not None:
+            raise InvalidUsage("a persistent call cannot be made inside uniccl.group()", op=op, rank=self.rank)
+        entry = self._flight.enqueue(op, sys._getframe(1))  # the caller of the compiled *_init
+        try:
+            plan = planner(*args)
+        except UnicclError as exc:
+            plan = Plan(name)
+            plan.error = exc
+        # the agreement alone: the record of the call, no data (run None, no shm runner)
+        probe = Plan(name, plan.dtype, plan.count, plan.op, plan.root, nbytes=plan.nbytes)
+        probe.error, probe.entry, probe.staged = plan.error, entry, None
+        if not self._executor.idle():  # keep issue order behind pending async work
+            self._executor.submit(functools.partial(self._execute, probe), Work(op)).wait()
+        else:
+            self._execute(probe)
+        return _fastpath.Persistent(self, name, planner, args, plan.result)
+
     def _call(self, name, planner, args, async_op, timeout=None, depth=2):
         """The general path; ``depth``: frames up to the user's (1 from a compiled method)."""
         self._alive(name)
@@ -451,7 +484,7 @@ class Communicator(CommunicatorViews):
             if self._engine is None and self._host_only and self._hier is None and self._t.announces:
                 return self._run_announced(plan, seq)
             if (
-                plan.shm_agreed is not None
+                plan.engine is not None
                 and self._engine is not None
                 and not staged
                 and self._hier is None

@@ -5,7 +5,8 @@ A builder takes the communicator and the public method's arguments and returns a
 :class:`Plan`; a bad argument raises (``_call`` turns it into a plan carrying the error, so
 that the peers learn it in the agreement).  A plan's ``run(OpContext)`` runs the point-to-point
 algorithms (:mod:`.algorithms`), ``shm(engine)`` the shared-memory engine's collective, and
-``shm_agreed(engine)`` (all_reduce) the same with the agreement riding on the data.
+``engine``, where that runner is exactly one engine call, its arguments: the call can then
+run as ``ShmEngine.agreed_call`` with the agreement riding on the data (one rendezvous, not two).
 """
 
 from __future__ import annotations
@@ -45,14 +46,18 @@ class Plan:
         "args",
         "timeout",
         "entry",
-        "shm_agreed",
+        "engine",
+        "result",
     )
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
         self.name, self.dtype, self.count, self.op, self.root = name, dtype, count, op, root
         self.run = run  # run(OpContext): point-to-point algorithms (and the size-1 case)
         self.shm = shm  # shm(engine): the same collective on the shared-memory engine
-        self.shm_agreed = None  # shm_agreed(engine) -> (agreed, result): the agreement rides on the data
+        # (send, recv, n, dtype, op, root): ShmEngine.agreed_call's arguments when ``shm`` is that one
+        # engine call (then ``result`` is what it returns); None when it does more (AVG, a copy first)
+        self.engine = None
+        self.result = None
         self.nbytes = nbytes  # what the tuner decides on
         self.error, self.p2p = None, p2p
         self.post = None  # point-to-point only: start the transfer, return its request
@@ -102,6 +107,12 @@ def finish_avg(comm, ptr: int, count: int, dtype: int, op) -> None:
         comm._hostb.scale(ptr, ptr, count, dtype, comm.size, None)
 
 
+def _engine(plan: Plan, result, send: int, recv: int, n: int, dtype: int, op: int, root: int) -> Plan:
+    """Say that ``plan.shm`` is the one engine call with these arguments, returning ``result``."""
+    plan.engine, plan.result = (send, recv, n, dtype, op, root), result
+    return plan
+
+
 def barrier(comm) -> Plan:
     """A barrier: nothing to check, nothing to move (the agreement is the barrier)."""
     return Plan("barrier")
@@ -135,15 +146,9 @@ def all_reduce(comm, sendbuf, recvbuf, op):
         finish_avg(comm, recv.ptr, count, send.dtype, rop)
         return result
 
-    def shm_agreed(e):  # the agreement in the data's first rendezvous (see agreement.run_fused)
-        src = avg_input(comm, send.ptr, count, send.dtype, rop)
-        if not e.all_reduce_agreed(comm._hdr, comm._hdrs, src, recv.ptr, count, send.dtype, kop):
-            return False, None
-        finish_avg(comm, recv.ptr, count, send.dtype, rop)
-        return True, result
-
     plan = Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
-    plan.shm_agreed = shm_agreed
+    if rop is not ReduceOp.AVG:
+        _engine(plan, result, send.ptr, recv.ptr, count, send.dtype, kop, -1)
     return plan
 
 
@@ -184,7 +189,10 @@ def reduce(comm, sendbuf, recvbuf, op, root):
             finish_avg(comm, recv.ptr, count, send.dtype, rop)
         return result
 
-    return Plan(name, send.dtype, count, rop, root, run, shm, send.nbytes)
+    plan = Plan(name, send.dtype, count, rop, root, run, shm, send.nbytes)
+    if rop is not ReduceOp.AVG:
+        _engine(plan, result, send.ptr, recv.ptr, count, send.dtype, kop, root)
+    return plan
 
 
 def broadcast(comm, buf, root):
@@ -201,7 +209,9 @@ def broadcast(comm, buf, root):
         e.broadcast(b.ptr, b.nbytes, root)
         return buf
 
-    return Plan(name, b.dtype, b.count, -1, root, run, shm, b.nbytes)
+    return _engine(
+        Plan(name, b.dtype, b.count, -1, root, run, shm, b.nbytes), buf, 0, b.ptr, b.nbytes, b.dtype, -1, root
+    )
 
 
 def all_gather(comm, sendbuf, recvbuf):
@@ -222,7 +232,8 @@ def all_gather(comm, sendbuf, recvbuf):
         e.all_gather(send.ptr, recv.ptr, send.nbytes)
         return recvbuf
 
-    return Plan(name, send.dtype, send.count, -1, -1, run, shm, comm.size * send.nbytes)
+    plan = Plan(name, send.dtype, send.count, -1, -1, run, shm, comm.size * send.nbytes)
+    return _engine(plan, recvbuf, send.ptr, recv.ptr, send.nbytes, send.dtype, -1, -1)
 
 
 def reduce_scatter(comm, sendbuf, recvbuf, op, ring_order=False):
@@ -262,7 +273,10 @@ def reduce_scatter(comm, sendbuf, recvbuf, op, ring_order=False):
 
     # the record's root field says the order (agreed: ranks asking for different orders
     # would get different bits)
-    return Plan(name, send.dtype, count, rop, RING_ORDER if ring_order else -1, run, shm, send.nbytes)
+    plan = Plan(name, send.dtype, count, rop, RING_ORDER if ring_order else -1, run, shm, send.nbytes)
+    if rop is not ReduceOp.AVG:
+        _engine(plan, recvbuf, send.ptr, recv.ptr, count, send.dtype, kop, -1)
+    return plan
 
 
 def all_to_all(comm, sendbuf, recvbuf):
@@ -294,7 +308,10 @@ def all_to_all(comm, sendbuf, recvbuf):
         e.all_to_all(src, recv.ptr, bbytes)
         return recvbuf
 
-    return Plan(name, send.dtype, block, -1, -1, run, shm, send.nbytes)
+    plan = Plan(name, send.dtype, block, -1, -1, run, shm, send.nbytes)
+    if recv.ptr != send.ptr:
+        _engine(plan, recvbuf, send.ptr, recv.ptr, bbytes, send.dtype, -1, -1)
+    return plan
 
 
 def gather(comm, sendbuf, recvbuf, root):
@@ -320,7 +337,9 @@ def gather(comm, sendbuf, recvbuf, root):
         e.gather(send.ptr, recv.ptr if recv is not None else 0, send.nbytes, root)
         return recvbuf if recv is not None else None
 
-    return Plan(name, send.dtype, send.count, -1, root, run, shm, comm.size * send.nbytes)
+    plan = Plan(name, send.dtype, send.count, -1, root, run, shm, comm.size * send.nbytes)
+    rptr = recv.ptr if recv is not None else 0
+    return _engine(plan, recvbuf if recv is not None else None, send.ptr, rptr, send.nbytes, send.dtype, -1, root)
 
 
 def scatter(comm, sendbuf, recvbuf, root):
@@ -348,7 +367,8 @@ def scatter(comm, sendbuf, recvbuf, root):
         e.scatter(send.ptr if send is not None else 0, recv.ptr, bbytes, root)
         return recvbuf
 
-    return Plan(name, recv.dtype, count, -1, root, run, shm, comm.size * bbytes)
+    plan = Plan(name, recv.dtype, count, -1, root, run, shm, comm.size * bbytes)
+    return _engine(plan, recvbuf, send.ptr if send is not None else 0, recv.ptr, bbytes, recv.dtype, -1, root)
 
 
 def _check_peer(comm, peer, name):

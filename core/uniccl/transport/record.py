@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import struct
 
-from .shm._shm import RECORD_WORDS, RING_ORDER_FLAG
+from .shm._shm import COLL_CODES, RECORD_WORDS, RING_ORDER_FLAG
 
 ERR, COLL, DTYPE, COUNT, OP, ROOT, NATIVE, DEVRED = range(8)
 # the COLL field's codes: the collective at each index (part of the wire format: append only)
 COLLECTIVES = (
     "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
 )  # fmt: skip
+assert len(COLLECTIVES) == COLL_CODES, "the C engine's UC_SHM_COLL_* codes are these, in this order"
 assert DEVRED == RECORD_WORDS - 1, "the fields above fill the C engine's record exactly"
 RECORD_BYTES = 8 * RECORD_WORDS
 RECORD = struct.Struct(f"<{RECORD_WORDS}q")  # a record as bytes (little-endian int64 words)

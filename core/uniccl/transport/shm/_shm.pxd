@@ -22,8 +22,8 @@ cdef class ShmEngine:
     cdef int _users
 
     cdef int agree_records(self, const int64_t *rec, int64_t *res) except -1
-    cdef int agreed_all_reduce(self, const int64_t *rec, int64_t *res, uintptr_t send, uintptr_t recv,
-                               size_t count, int dtype, int op) except -1
+    cdef int agreed(self, const int64_t *rec, int64_t *res, int coll, uintptr_t send, uintptr_t recv, size_t n,
+                    int dtype, int op, int root) except -1
     cdef _records(self, header, out, str op)
     cdef uc_shm *_live(self, str op) except NULL
     cdef int _bad(self, str op, str message, str argument) except -1

@@ -102,8 +102,10 @@ cdef extern from "shm_engine.h" nogil:
     int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
     int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
-    int uc_shm_all_reduce_agreed(uc_shm *e, const int64_t *record, int64_t *out, const void *send, void *recv,
-                                 size_t count, int dtype, int op)
+    enum: UC_SHM_COLL_BARRIER
+    enum: UC_SHM_COLL_SCATTER
+    int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
+                      size_t n, int dtype, int op, int root)
     int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
     int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root)
     int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root)
@@ -167,6 +169,8 @@ def crc32c_hardware() -> bool:
 #: UC_SHM_RECORD_WORDS), and the flag on a reduce_scatter's op for gloo's ring order.
 RECORD_WORDS = UC_SHM_RECORD_WORDS
 RING_ORDER_FLAG = UC_SHM_RING_ORDER
+#: How many collective codes the engine's agreed calls know (transport.record.COLLECTIVES).
+COLL_CODES = UC_SHM_COLL_SCATTER + 1
 
 #: Slot size the core should use unless tuned otherwise (two per rank): the pipelined
 #: all_reduce measured best at 512 KiB on a 2-core EPYC (2 and 4 ranks; 64 KiB-1 MiB tried).
@@ -436,27 +440,32 @@ cdef class ShmEngine:
         finally:
             self._users -= 1
 
-    def all_reduce_agreed(self, header, out, send, recv, count, dtype, op):
-        """:meth:`agree` and :meth:`all_reduce` in one rendezvous (the record rides on the data's
-        first signal).  False when the records differ: ``out`` holds them, nothing moved."""
-        self._live("all_reduce")
-        self._records(header, out, "all_reduce")
-        cdef uintptr_t s = self._ptr(send, "all_reduce", "send"), r = self._ptr(recv, "all_reduce", "recv")
-        cdef size_t c = self._count(count, "all_reduce", "count")
-        cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
-        return self.agreed_all_reduce(<const int64_t *>cnp.PyArray_DATA(header), <int64_t *>cnp.PyArray_DATA(out),
-                                      s, r, c, dt, o) == 1
+    def agreed_call(self, header, out, coll, send, recv, n, dtype, op, root):
+        """:meth:`agree` and collective ``coll`` (the record's code, ``record.COLLECTIVES``) in
+        one rendezvous: the record rides on the data's first signal.  The other arguments are
+        those of that collective's method here (``n``: its count, nbytes or block_bytes; a
+        broadcast's buffer is ``recv``).  False when the records differ: ``out`` holds them,
+        nothing moved."""
+        self._live("agreed_call")
+        self._records(header, out, "agreed_call")
+        cdef int c = self._code(coll, "agreed_call", "coll")
+        cdef uintptr_t s = self._ptr(send, "agreed_call", "send"), r = self._ptr(recv, "agreed_call", "recv")
+        cdef size_t k = self._count(n, "agreed_call", "n")
+        cdef int dt = self._code(dtype, "agreed_call", "dtype"), o = self._code(op, "agreed_call", "op")
+        cdef int rt = self._code(root, "agreed_call", "root")
+        return self.agreed(<const int64_t *>cnp.PyArray_DATA(header), <int64_t *>cnp.PyArray_DATA(out),
+                           c, s, r, k, dt, o, rt) == 1
 
-    cdef int agreed_all_reduce(self, const int64_t *rec, int64_t *res, uintptr_t send, uintptr_t recv,
-                               size_t count, int dtype, int op) except -1:
-        """:meth:`all_reduce_agreed` on checked C values (records of ``UC_SHM_RECORD_WORDS`` and
+    cdef int agreed(self, const int64_t *rec, int64_t *res, int coll, uintptr_t send, uintptr_t recv, size_t n,
+                    int dtype, int op, int root) except -1:
+        """:meth:`agreed_call` on checked C values (records of ``UC_SHM_RECORD_WORDS`` and
         ``size`` x that): 1 done, 0 the records differ (nothing moved)."""
-        cdef uc_shm *e = self._live("all_reduce")
+        cdef uc_shm *e = self._live("agreed_call")
         cdef int rc
         self._users += 1  # the engine outlives every thread inside it (see close)
         try:
             with nogil:
-                rc = uc_shm_all_reduce_agreed(e, rec, res, <const void *>send, <void *>recv, count, dtype, op)
+                rc = uc_shm_agreed(e, rec, res, coll, <const void *>send, <void *>recv, n, dtype, op, root)
             if rc == UC_SHM_EMISMATCH:
                 return 0
             if rc:
