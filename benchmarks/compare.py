@@ -15,6 +15,8 @@ docs/performance-busbw.png; ``--no-write`` only prints.
     python3 benchmarks/compare.py                 # default: 2 and 4 ranks, 8 B..256M x4; ~5 min on 2 cores
     python3 benchmarks/compare.py --quick         # 8 B..64M, 1 repeat; ~1.5 min
     python3 benchmarks/compare.py --ranks 2 --collectives all_reduce --peers uniccl,mpich
+    python3 benchmarks/compare.py --latency       # 8 B..64 KiB time per call, every collective,
+                                                  # plain and persistent (benchmarks/latency_worker.py)
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ VENV, VENV_OMPI = ROOT / ".venv", ROOT / ".venv-openmpi"
 WORKER = ROOT / "benchmarks" / "peer_worker.py"
 DOC, PLOT = ROOT / "docs" / "performance.md", ROOT / "docs" / "performance-busbw.png"
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+LAT_BEGIN, LAT_END = "<!-- latency:begin -->", "<!-- latency:end -->"
+LAT_WORKER = ROOT / "benchmarks" / "latency_worker.py"
+LAT_SIZES = (8, 64, 512, 4096, 32768, 65536)
+LAT_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "gather",
+    "scatter",
+)
 PEERS = ("uniccl", "mpich", "openmpi", "gloo")
 LABEL = {"uniccl": "uniccl", "mpich": "MPICH", "openmpi": "Open MPI", "gloo": "gloo"}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
@@ -88,6 +103,12 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=300, help="seconds per launched job (default 300)")
     p.add_argument("--quick", action="store_true", help="preset: --max 64M --repeats 1 (1-2 minutes)")
     p.add_argument("--no-write", action="store_true", help="print the tables; leave docs/ alone")
+    p.add_argument(
+        "--latency",
+        action="store_true",
+        help="time per call at 8 B..64 KiB of every collective, plain and persistent, uniccl and the MPIs "
+        "(gloo has no persistent calls: not run); --min/--max bound the sizes",
+    )
     args = p.parse_args(argv)
     args.max = args.max or ("64M" if args.quick else "256M")
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -551,23 +572,121 @@ def uniccl_installed():
     return Path(uniccl.__file__).stat().st_mtime
 
 
-def write_doc(text):
+def write_doc(text, begin=BEGIN, end=END):
     """Replace the marked block of docs/performance.md (created with the intro if
     missing), keeping everything outside the markers."""
-    block = f"{BEGIN}\n{text}{END}"
+    block = f"{begin}\n{text}{end}"
     doc = DOC.read_text() if DOC.exists() else INTRO + f"{BEGIN}\n{END}\n"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + block + rest.split(END, 1)[1]
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        doc = head + block + rest.split(end, 1)[1]
     else:
         doc = doc.rstrip() + "\n\n" + block + "\n"
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(doc)
 
 
+# ------------------------------------------------------------ latency
+def latency(args):
+    """``--latency``: latency_worker.py for uniccl (under MPICH's mpiexec, as `uniccl bench`)
+    and each MPI, repeats outermost; the median of the repeats per row.  Returns the markdown."""
+    from uniccl.tools.bench import format_size, parse_size
+
+    lo, hi = parse_size(args.min), parse_size(args.max) if args.max != "256M" else 65536
+    sizes = [x for x in LAT_SIZES if lo <= x <= hi] or [lo]
+    peers = [p for p in args.peers if p != "gloo"]
+    if "openmpi" in peers and not (VENV_OMPI / "bin" / "mpiexec").exists():
+        peers.remove("openmpi")
+        print("compare: openmpi skipped: no .venv-openmpi", file=sys.stderr)
+    samples, libs, failed = {}, {}, {}
+    t0, load = time.monotonic(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="uniccl-latency-") as tmpdir:
+        tmp = Path(tmpdir)
+        for rep in range(args.repeats):
+            for n in args.ranks:
+                for peer in peers:
+                    venv = VENV_OMPI if peer == "openmpi" else VENV
+                    env, launcher = dict(os.environ), [str(venv / "bin" / "mpiexec"), "-n", str(n)]
+                    if peer == "openmpi":
+                        if n > len(os.sched_getaffinity(0)):
+                            launcher.append("--oversubscribe")
+                        if os.geteuid() == 0:
+                            launcher.append("--allow-run-as-root")
+                            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+                    out = tmp / f"{peer}-{n}.json"
+                    out.unlink(missing_ok=True)
+                    which = "uniccl" if peer == "uniccl" else "mpi"
+                    cmd = launcher + [
+                        str(venv / "bin" / "python"),
+                        str(LAT_WORKER),
+                        which,
+                        ",".join(map(str, sizes)),
+                        str(out),
+                    ]
+                    t1 = time.monotonic()
+                    with open(tmp / f"{peer}.log", "w") as log:
+                        err = run_job([cmd], [env], args.timeout, log)
+                    if err or not out.exists():
+                        failed[(peer, n)] = err or "no JSON written"
+                        continue
+                    result = json.loads(out.read_text())
+                    libs[peer] = result["library"]
+                    for coll, size, form, us in result["rows"]:
+                        samples.setdefault((peer, n, coll, size, form), []).append(us)
+                    print(
+                        f"compare: latency repeat {rep + 1}/{args.repeats}  {n} ranks  {peer:8s} "
+                        f"{time.monotonic() - t1:6.1f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    cmdline = "python3 benchmarks/compare.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    lines = [
+        f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `{cmdline}` — {(time.monotonic() - t0) / 60:.1f} min wall, "
+        f"median of {args.repeats} run(s); 1-min load {load:.2f} before.",
+        "",
+        "* Libraries: " + "; ".join(f"{LABEL[p]}: {libs.get(p, 'did not run')}" for p in peers),
+        "* Method: benchmarks/latency_worker.py: 200 warm-up calls, 7 blocks of 1000 calls (300 above 4 KiB), "
+        "each after a barrier; a rank's median block, mean over ranks. *persistent*: made once with "
+        "`*_init` (uniccl; MPI 4's `MPI_*_init`), then `start()` + `wait()` per call.",
+        "* Ratios are times, uniccl / the best MPI (plain or persistent, whichever is faster): below 1 uniccl is faster.",
+    ]
+    lines += [f"* Failed: {LABEL[p]} at {n} ranks: {e}" for (p, n), e in failed.items()]
+    mpis = [p for p in peers if p != "uniccl"]
+    for n in args.ranks:
+        head = ["collective", "size", "uniccl", "uniccl persistent"]
+        for p in mpis:
+            head += [LABEL[p], f"{LABEL[p]} persistent"]
+        head += ["uniccl / best MPI", "persistent / best MPI"]
+        lines += [
+            "",
+            f"### Latency, {n} ranks: µs per call",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * 2 + "---:|" * (len(head) - 2),
+        ]
+        for coll in LAT_COLLECTIVES:
+            for size in sizes:
+                row = [coll, format_size(size)]
+                vals = [med.get((p, n, coll, size, f)) for p in ["uniccl", *mpis] for f in ("call", "persistent")]
+                row += [f"{v:.2f}" if v is not None else "—" for v in vals]
+                best = min((v for v in vals[2:] if v is not None), default=None)
+                for v in vals[:2]:
+                    row.append(f"{v / best:.2f}" if v is not None and best else "—")
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     enter_venv()
+    if args.latency:
+        text = latency(args)
+        print(text)
+        if not args.no_write:
+            write_doc(text, LAT_BEGIN, LAT_END)
+            print(f"compare: wrote the latency tables into {DOC.relative_to(ROOT)}", file=sys.stderr)
+        return 0
     t0, load, before = time.monotonic(), os.getloadavg()[0], uniccl_installed()
     samples, errors, info = measure(args)
     installed, wall = (before, uniccl_installed()), time.monotonic() - t0

@@ -56,8 +56,8 @@
 #endif
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
-#define UC_SHM_VERSION 1
-#define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
+#define UC_SHM_VERSION 2                   /* 2: the record moved into the ready line */
+#define LINE 128                           /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
 #define NDTYPES 12
@@ -80,13 +80,18 @@ typedef struct {
     uint32_t pad;
     uint64_t pub_addr;  /* ready line: buffers published for single-copy reads/writes (pid: uc_ctrl) */
     uint64_t pub_addr2; /* ... the second one (a reduction's recv) */
+    /* ready line: the call's record (agree_impl, rec_publish), in the 64 bytes after the
+     * signal's: a peer that sees the signal has the record's line on its way (the adjacent-line
+     * prefetcher moves the pair), not a third line to fetch */
+    _Alignas(64) int64_t record[NREC];
 } uc_line;
+_Static_assert(sizeof(uc_line) == LINE,
+               "a line is one LINE-sized unit: the signal's and the record's 64 bytes");
 
 typedef struct {
     uc_line ready, reduced, consumed;
-    uc_line hello; /* seq = 1 once attached (pid, start_time, base_addr valid) */
-    uc_line probe; /* seq = 1 once the CMA verdict is published */
-    _Alignas(LINE) int64_t record[NREC];
+    uc_line hello;                      /* seq = 1 once attached (pid, start_time, base_addr valid) */
+    uc_line probe;                      /* seq = 1 once the CMA verdict is published */
     _Alignas(LINE) _Atomic int32_t cpu; /* CPU this rank last waited on (co-location check) */
     _Alignas(LINE) _Atomic int64_t pid;
     uint64_t start_time; /* /proc/<pid>/stat starttime (pid reuse check), 0 unknown */
@@ -935,7 +940,7 @@ static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
 static int rec_publish(uc_shm *e) {
     if (!e->rec_in) return UC_SHM_OK;
     if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
-    memcpy(e->ctrl[e->rank].record, e->rec_in, NREC * sizeof(int64_t));
+    memcpy(e->ctrl[e->rank].ready.record, e->rec_in, NREC * sizeof(int64_t));
     e->arriving = 1;
     return UC_SHM_OK;
 }
@@ -946,7 +951,7 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     const int64_t *mine = e->rec_in;
     int same = 1;
     for (int q = 0; q < e->size; q++) {
-        const int64_t *r = q == e->rank ? mine : e->ctrl[q].record;
+        const int64_t *r = q == e->rank ? mine : e->ctrl[q].ready.record;
         memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
         if (q != e->rank && memcmp(r, mine, NREC * sizeof(int64_t)) != 0) same = 0;
     }
@@ -1506,11 +1511,11 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     }
     uint64_t g = e->g++;
     if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
-    memcpy(e->ctrl[me].record, record, NREC * sizeof(int64_t));
+    memcpy(e->ctrl[me].ready.record, record, NREC * sizeof(int64_t));
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
     for (int q = 0; q < n; q++)
-        if (q != me) memcpy(out + (size_t)q * NREC, e->ctrl[q].record, NREC * sizeof(int64_t));
+        if (q != me) memcpy(out + (size_t)q * NREC, e->ctrl[q].ready.record, NREC * sizeof(int64_t));
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
     sig(e, OFF_CONSUMED, g + 1);
     e->agree_g = g + 1;

@@ -18,8 +18,18 @@ or a failure is handed back to the general path's Python (``agreement.judge``,
 ``outcome.failed``), which names the call, the rank and the cause exactly as before.
 """
 cimport numpy as cnp
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_get_thread_ident,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
-from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from uniccl.observability._counters cimport Counters, Stat
 from uniccl.transport.shm._shm cimport ShmEngine
@@ -38,6 +48,13 @@ from uniccl.observability import flight as _fl
 from uniccl.transport import record as _record
 
 cnp.import_array()
+
+cdef extern from "pythread.h":
+    ctypedef enum PyLockStatus:
+        PY_LOCK_FAILURE
+        PY_LOCK_ACQUIRED
+        PY_LOCK_INTR
+    PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock, long long microseconds, int intr_flag) nogil
 
 cdef extern from "Python.h":
     ctypedef struct PyFrameObject:
@@ -78,10 +95,9 @@ cdef inline double _wall() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-cdef inline int64_t _mono_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1000000000 + ts.tv_nsec
+cdef inline uint64_t _ns(double seconds) noexcept nogil:
+    """A call's duration from two wall-clock readings (a clock step backwards: 0)."""
+    return <uint64_t>(seconds * 1e9) if seconds > 0 else 0
 
 
 cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int typenum, bint writable):
@@ -91,6 +107,74 @@ cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int t
             and cnp.PyArray_ISNOTSWAPPED(arr) and (not writable or cnp.PyArray_ISWRITEABLE(arr)))
 
 DEF MAX_ARGS = 4
+
+
+cdef class CallState:
+    """A communicator's per-call state as C fields, so that the compiled path reads and writes
+    them without a dictionary lookup (``Communicator._seq``, ``_in_data`` and ``_destroyed``
+    are properties over these)."""
+    cdef public long long seq  # the next call's number
+    cdef public bint in_data  # the running call is past its agreement
+    cdef public bint destroyed
+
+
+cdef class CallLock:
+    """A reentrant lock (``threading.RLock``'s semantics, used with ``with``) that compiled
+    code takes and releases with a few C calls: the communicator's lock, taken on every call.
+    A blocked acquire releases the GIL and can be interrupted by a signal (Ctrl-C)."""
+    cdef PyThread_type_lock lock
+    cdef unsigned long owner
+    cdef long depth
+
+    def __cinit__(self):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError()
+        self.owner, self.depth = 0, 0
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    cdef int take(self) except -1:
+        cdef unsigned long me = PyThread_get_thread_ident()
+        cdef PyLockStatus got
+        if self.depth and self.owner == me:
+            self.depth += 1
+            return 0
+        if not PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+            while True:
+                with nogil:
+                    got = PyThread_acquire_lock_timed(self.lock, -1, 1)
+                if got == PY_LOCK_ACQUIRED:
+                    break
+                if got == PY_LOCK_INTR:
+                    PyErr_CheckSignals()  # raises the handler's exception (KeyboardInterrupt)
+        self.owner, self.depth = me, 1
+        return 0
+
+    cdef int give(self) except -1:
+        if not self.depth or self.owner != PyThread_get_thread_ident():
+            raise RuntimeError("cannot release un-acquired lock")
+        self.depth -= 1
+        if not self.depth:
+            self.owner = 0
+            PyThread_release_lock(self.lock)
+        return 0
+
+    def acquire(self):
+        self.take()
+        return True
+
+    def release(self):
+        self.give()
+
+    def __enter__(self):
+        self.take()
+        return True
+
+    def __exit__(self, *exc):
+        self.give()
 
 
 cdef class Shape:
@@ -152,7 +236,8 @@ cdef class FastPath:
     shared-memory engine; see the module doc)."""
 
     cdef object comm, executor, entries, entries_append, tuner
-    cdef object lock_acquire, lock_release  # the communicator's lock (an RLock), its bound methods
+    cdef CallLock lock  # the communicator's
+    cdef CallState state  # the communicator's
     cdef ShmEngine engine
     cdef Counters telemetry
     cdef cnp.ndarray hdr_arr, hdrs_arr
@@ -176,7 +261,7 @@ cdef class FastPath:
     def __init__(self, comm):
         self.comm = comm
         self.engine = comm._engine
-        self.lock_acquire, self.lock_release = comm._lock.acquire, comm._lock.release
+        self.lock, self.state = comm._lock, comm._state
         self.executor = comm._executor
         self.tuner = comm._tuner
         self.telemetry = comm._telemetry
@@ -198,7 +283,7 @@ cdef class FastPath:
 
     cdef bint _ready(self, object comm):
         """The communicator is in the state the general path took its route in."""
-        if comm._destroyed or comm._tracer is not None or _fork_generation != self.fork_generation:
+        if self.state.destroyed or comm._tracer is not None or _fork_generation != self.fork_generation:
             return False
         if _group._open or self.executor._queue or self.executor._busy:
             return False
@@ -253,30 +338,31 @@ cdef class FastPath:
         if not self._ready(comm):
             return MISS
         result = sendbuf if recvbuf is None else recvbuf
-        entry = self._enqueue("all_reduce")
+        cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
+        entry = self._enqueue("all_reduce", t0)
         cdef int64_t *h = self.hdr
-        cdef int64_t seq, t0
-        self.lock_acquire()
+        cdef int64_t seq
+        self.lock.take()
         try:
             seq = self._start(comm, "all_reduce", entry, self.ar_dtype_obj, self.ar_count_obj, -1)
             if entry is not None:
                 entry[F_PATH] = self.ar_choice
-            t0 = _mono_ns()
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, self.ar_dtype, <int64_t>self.ar_count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = self.ar_op_code, -1, 0, 0
-            comm._in_data = True
+            self.state.in_data = True
             try:
                 if not self.engine.agreed(h, self.hdrs, COLL_ALL_REDUCE, self.ar_send, self.ar_recv, self.ar_count,
                                           self.ar_dtype, self.ar_kop, -1):
                     self._mismatched(sendbuf, recvbuf, op, entry, seq)
             except UnicclError as exc:
                 self._failed(sendbuf, recvbuf, op, entry, seq, exc)
+            t1 = _wall()
             if entry is not None:
-                entry[F_T_END], entry[F_STATE] = _wall(), S_COMPLETED
+                entry[F_T_END], entry[F_STATE] = t1, S_COMPLETED
             if self.ar_stat is not None:
-                self.ar_stat.add(self.ar_nbytes, <uint64_t>(_mono_ns() - t0))
+                self.ar_stat.add(self.ar_nbytes, _ns(t1 - t0))
         finally:
-            self.lock_release()
+            self.lock.give()
         self.served += 1
         return result
 
@@ -351,13 +437,13 @@ cdef class FastPath:
         call, or the agreement alone for a barrier), without making a plan."""
         comm = self.comm
         plan = sh.plan
-        entry = self._enqueue(name)
+        cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
+        entry = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
-        cdef int64_t seq, t0
-        self.lock_acquire()
+        cdef int64_t seq
+        self.lock.take()
         try:
             seq = self._start(comm, name, entry, sh.dtype_obj, sh.count_obj, sh.root_obj)
-            t0 = _mono_ns()
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, sh.coll, sh.dtype, sh.count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = sh.op, sh.root, 0, 0
             try:
@@ -367,7 +453,7 @@ cdef class FastPath:
                 else:
                     if entry is not None:
                         entry[F_PATH] = sh.choice
-                    comm._in_data = True
+                    self.state.in_data = True
                     if not self.engine.agreed(h, self.hdrs, <int>sh.coll, sh.e_send, sh.e_recv, sh.e_n, sh.e_dtype,
                                               sh.e_op, sh.e_root):
                         comm._in_data = False  # nothing moved: every rank judges the same records
@@ -379,42 +465,44 @@ cdef class FastPath:
                     comm._telemetry.failure(name)
                 plan.entry = entry
                 raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
+            t1 = _wall()
             if entry is not None:
-                entry[F_T_END], entry[F_STATE] = _wall(), S_COMPLETED
+                entry[F_T_END], entry[F_STATE] = t1, S_COMPLETED
             if sh.stat is not None:
-                sh.stat.add(sh.nbytes, <uint64_t>(_mono_ns() - t0))
+                sh.stat.add(sh.nbytes, _ns(t1 - t0))
         finally:
-            self.lock_release()
+            self.lock.give()
         self.served += 1
         return None if sh.result_index < 0 else args[sh.result_index]
 
     # ---------------------------------------------------------------- helpers
     cdef int64_t _start(self, comm, str name, entry, dtype_obj, count_obj, root_obj) except -1:
         """Under the lock: the call's number taken, its flight recorder entry started."""
+        cdef CallState st = self.state
         cdef int64_t seq
-        if comm._destroyed:
+        if st.destroyed:
             raise InvalidUsage("the communicator was destroyed", op=name, rank=self.rank)
-        seq = comm._seq
-        comm._seq = seq + 1
-        comm._in_data = False
+        seq = st.seq
+        st.seq = seq + 1
+        st.in_data = False
         if entry is not None:
             entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
             entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = dtype_obj, count_obj, root_obj
         return seq
 
-    cdef object _enqueue(self, str name):
+    cdef object _enqueue(self, str name, double t):
         """The flight recorder's entry of this call (FlightRecorder.enqueue's), or None."""
         cdef list entry
         if self.entries is None:
             return None
         entry = [None] * F_FIELDS
-        self._fill(entry, name)
+        self._fill(entry, name, t)
         self.entries_append(entry)  # the deque drops its oldest (a reused ring measured no faster)
         return entry
 
-    cdef int _fill(self, list entry, str name) except -1:
+    cdef int _fill(self, list entry, str name, double t) except -1:
         entry[1] = name
-        entry[F_PATH], entry[F_STATE], entry[F_T_ENQ] = EMPTY, S_ENQUEUED, _wall()
+        entry[F_PATH], entry[F_STATE], entry[F_T_ENQ] = EMPTY, S_ENQUEUED, t
         cdef PyFrameObject *caller = PyEval_GetFrame()
         if caller != NULL:
             entry[F_CODE], entry[F_LASTI] = PyFrame_GetCode(caller), PyFrame_GetLasti(caller)
@@ -526,71 +614,67 @@ cdef class Persistent:
     but the communicator's state; elsewhere (TCP, MPI, device buffers) it is the ordinary call.
     Telemetry, the flight recorder and the call numbers see each start as a call."""
 
-    cdef object comm, planner, args, work
+    cdef object comm, planner, args
+    cdef object work  # the queued start's Work, or the completed start's result (done)
     cdef readonly str name
     cdef FastPath fast
     cdef Shape sh
-    cdef bint freed
+    cdef bint freed, active, done
 
     def __init__(self, comm, str name, planner, tuple args, result):
         self.comm, self.name, self.planner, self.args = comm, name, planner, args
         self.fast = comm._fast
         self.sh = None if self.fast is None else self.fast.shape(name, planner, args, result)
         self.work = None
-        self.freed = False
+        self.freed = self.active = self.done = False
 
     def start(self, *, async_op=False):
         """Run the call (``async_op=True``: queue it; ``wait()`` then waits for it)."""
         cdef FastPath fast = self.fast
         if self.freed:
             raise InvalidUsage("start() of a freed persistent call", op=self.name, rank=self.comm.rank)
-        if self.work is not None:
+        if self.active:
             raise InvalidUsage("start() of a persistent call still active: wait() for it first", op=self.name,
                                rank=self.comm.rank)
         if not async_op and self.sh is not None and fast._ready(self.comm):
-            self.work = _Done(fast._run(self.sh, self.name, self.args))
-        elif async_op:
-            self.work = self.comm._call(self.name, self.planner, self.args, True, None, 1)
+            self.work = fast._run(self.sh, self.name, self.args)
         else:
-            self.work = _Done(self.comm._call(self.name, self.planner, self.args, False, None, 1))
+            self.work = self.comm._call(self.name, self.planner, self.args, async_op, None, 1)
+        self.active, self.done = True, not async_op
 
     def wait(self, timeout=None):
         """The started call's result (its output buffer, or None); raises its error."""
-        work, self.work = self.work, None
-        if work is None:
+        if not self.active:
             raise InvalidUsage("wait() of a persistent call that was not started", op=self.name,
                                rank=self.comm.rank)
-        if type(work) is _Done:
-            return (<_Done>work).result
+        work = self.work
+        if self.done:
+            self.active, self.work = False, None
+            return work
         try:
-            return work.wait(timeout)
+            result = work.wait(timeout)
         except BaseException:
             if not work.is_completed():
-                self.work = work  # still active: wait() again
+                raise  # still active: wait() again
+            self.active, self.work = False, None
             raise
+        self.active, self.work = False, None
+        return result
 
     def test(self) -> bool:
         """True once the started call has completed (or when none is active)."""
-        return self.work is None or type(self.work) is _Done or self.work.is_completed()
+        return not self.active or self.done or self.work.is_completed()
 
     def free(self):
         """Release the call (MPI_Request_free); a start afterwards is InvalidUsage."""
-        if self.work is not None and not self.test():
+        if self.active and not self.test():
             raise InvalidUsage("free() of a persistent call still active: wait() for it first", op=self.name,
                                rank=self.comm.rank)
-        self.freed, self.work, self.sh, self.args = True, None, None, ()
+        self.freed, self.active, self.work, self.sh, self.args = True, False, None, None, ()
 
     def __repr__(self):
-        state = "freed" if self.freed else "active" if self.work is not None else "inactive"
+        state = "freed" if self.freed else "active" if self.active else "inactive"
         return f"<uniccl.Persistent {self.name} {state}>"
-
-
-cdef class _Done:
-    """A completed start's result."""
-    cdef object result
-
-    def __cinit__(self, result):
-        self.result = result
 
 
 def all_reduce_init(self, sendbuf, recvbuf=None, op=ReduceOp.SUM):

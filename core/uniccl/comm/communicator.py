@@ -50,7 +50,7 @@ from . import group as _group
 from . import native as _routes
 from . import outcome as _outcome
 from . import plans as _plans
-from ._fastpath import FastPath
+from ._fastpath import CallLock, CallState, FastPath
 from .agreement import H_DEVRED, H_NATIVE, HEADER_WORDS
 from .executor import SerialExecutor, Work
 from .plans import Plan
@@ -84,6 +84,11 @@ class Communicator(CommunicatorViews):
     _run_fused = _agreement.run_fused
     _run_announced = _agreement.run_announced
 
+    # the per-call state, C fields of a CallState (what the compiled path reads and writes)
+    _seq = property(lambda self: self._state.seq, lambda self, v: setattr(self._state, "seq", v))
+    _in_data = property(lambda self: self._state.in_data, lambda self, v: setattr(self._state, "in_data", v))
+    _destroyed = property(lambda self: self._state.destroyed, lambda self, v: setattr(self._state, "destroyed", v))
+
     def __init__(self, uid, rank: int, size: int, *, platform: str | None = None, timeout: float | None = None):
         from ..transport.factory import transport_from_unique_id
 
@@ -111,6 +116,7 @@ class Communicator(CommunicatorViews):
     def _setup(self, transport, platform, timeout=None, name="world") -> None:
         """Take ownership of ``transport`` (MPITransport or TCPTransport).  ``timeout``: the
         seconds each call may wait for its peers (None: UNICCL_TIMEOUT, else DEFAULT_TIMEOUT)."""
+        self._state = CallState()  # the call number, and whether a call is past its agreement / destroyed
         _env.check_all()  # every UNICCL_* variable set: a bad value is an InvalidArgument here, at startup
         # (no rank yet: None, which check_timeout's ``rank: int`` does not admit, outside this package)
         self.timeout = default_timeout() if timeout is None else _check_timeout(timeout, "init", None)
@@ -142,8 +148,7 @@ class Communicator(CommunicatorViews):
         _routes.init_native(self)
         self._staging = threading.local()
         self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
-        self._lock = threading.RLock()
-        self._seq = 0
+        self._lock = CallLock()  # reentrant (threading.RLock's semantics)
         self._tag_span = min(self._t.tag_ub, 1 << 20) - 1
         self._hdr = np.zeros(HEADER_WORDS, np.int64)
         self._hdrs = np.zeros((self.size, HEADER_WORDS), np.int64)
@@ -159,7 +164,6 @@ class Communicator(CommunicatorViews):
         # it rides on the data alone): a call's announcement is made once per shape
         self._announce: dict = {}
         self._mismatched = _agreement.Mismatched(self)  # what announce calls when the records differ
-        self._in_data = False  # the running call is past its agreement
         logger.info(
             "communicator rank %d/%d: platform %s (%s), transport %s (%s)",
             self.rank,
@@ -169,7 +173,6 @@ class Communicator(CommunicatorViews):
             self._tuner.transport,
             self._tuner.transport_why,
         )
-        self._destroyed = False
         self._pid = os.getpid()
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
