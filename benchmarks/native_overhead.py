@@ -51,14 +51,15 @@ def rank_main(calls: int) -> int:
     rows = []
     for nbytes in SIZES:
         n = max(1, nbytes // 4)
-        a = DeviceArray(be, np.ones(n, np.float32))
+        a = DeviceArray(be, np.ones(n, np.float32), device=comm.device)
         dt, op = ccl.dtype(int(uniccl.DType.FLOAT32)), ccl.spec.ops[int(uniccl.ReduceOp.SUM)]
         p = V(a.ptr)
 
         def direct(p=p, n=n, dt=dt, op=op):
             for _ in range(calls):
-                if fn(p, p, n, dt, op, ncomm, None):
-                    raise RuntimeError("ncclAllReduce failed")
+                rc = fn(p, p, n, dt, op, ncomm, None)
+                if rc:
+                    raise RuntimeError(f"ncclAllReduce returned {rc}")
                 be.stream_synchronize(None)
 
         def ours(a=a):
