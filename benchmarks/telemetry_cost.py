@@ -34,6 +34,8 @@ telemetry = comm._telemetry or Telemetry(comm.size)
 def switch(on: bool) -> None:
     on = (on or placebo) and not spin
     comm._telemetry = telemetry if on else None
+    if comm._fast is not None:  # the compiled path keeps its own switch
+        comm._fast._instruments(telemetry=on)
     if mesh is not None:
         mesh.links = links if on else None
 

@@ -1602,8 +1602,9 @@ int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, cons
     int known = coll >= 0 && coll <= UC_SHM_COLL_SCATTER;
     int rc = begin(e, known ? COLL_NAMES[coll] : "agreed");
     if (rc) return rc;
-    if (!record || !out) return end(e, bad(e, "null record"));
-    if (!known) return end(e, dispatch(e, coll, send, recv, n, dtype, op, root));
+    if (!record || !known) /* no record: the collective alone (its callers agreed already) */
+        return end(e, dispatch(e, coll, send, recv, n, dtype, op, root));
+    if (!out) return end(e, bad(e, "null record"));
     if (!n || e->size == 1 || coll == UC_SHM_COLL_BARRIER) { /* no data rendezvous to ride on */
         if (!(rc = agree_impl(e, record, out)))
             for (int q = 0; q < e->size; q++)

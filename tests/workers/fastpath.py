@@ -37,10 +37,14 @@ if mode == "kill":
     x = np.ones(4, np.float64)
     try:
         for i in range(100000):
-            comm.all_reduce(x)
+            comm.all_reduce(x)  # KILL-SITE
             if r == 1 and i == 500:
                 os.kill(os.getpid(), signal.SIGKILL)
     except uniccl.RemoteError as exc:
+        last = comm._flight.snapshot()["ops"][-1]  # the served call's row, now the recorder's failed entry
+        assert last["op"] == "all_reduce" and last["state"] == "failed" and last["seq"] == comm._seq - 1, last
+        line = next(i for i, t in enumerate(open(__file__), 1) if t.rstrip().endswith("# KILL-SITE") and "comm" in t)
+        assert last["site"].endswith(f"fastpath.py:{line} (<module>)"), (last, line)
         print(f"rank {r}: RemoteError served={fast.served} {exc}", flush=True)
         sys.exit(0)
     sys.exit(f"rank {r}: no error")

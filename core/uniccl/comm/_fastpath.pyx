@@ -12,7 +12,8 @@ same op object -- and the communicator is in the state the general path took its
 forked child).  Anything else returns :data:`MISS` and the caller takes the general path.
 
 What stays on: the cross-rank record (it rides on the data in the engine's agreed call, as
-on the general path), the flight recorder's entry (the same list, with the caller's code and line), the
+on the general path), the flight recorder's row (a C ring the recorder reads with its own entries;
+the caller's code and instruction, its line found at a dump), the
 telemetry counters (the same ``Stat``), the communicator's call number and lock.  A mismatch
 or a failure is handed back to the general path's Python (``agreement.judge``,
 ``outcome.failed``), which names the call, the rank and the cause exactly as before.
@@ -28,7 +29,9 @@ from cpython.pythread cimport (
     PyThread_release_lock,
     PyThread_type_lock,
 )
+from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from uniccl.observability._counters cimport Counters, Stat
@@ -107,6 +110,105 @@ cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int t
             and cnp.PyArray_ISNOTSWAPPED(arr) and (not writable or cnp.PyArray_ISWRITEABLE(arr)))
 
 DEF MAX_ARGS = 4
+
+
+cdef struct Row:
+    int64_t seq, dtype, count, root
+    double t_enq, t_end
+    int state  # 0 none (or moved to the recorder's deque), 1 started, 2 completed
+    int lasti
+    PyObject *name  # the collective's name; these three hold a reference
+    PyObject *code  # the caller's code object
+    PyObject *path  # the tuner's choice
+
+
+cdef class Ring:
+    """The flight recorder's rows of the calls served here, as C structs in a fixed ring (an
+    entry list per call was most of what the instruments cost): the recorder merges them with
+    its own entries when it is read (FlightRecorder.all), so a dump shows every call alike.
+    Read and written under the GIL: a call waiting in the engine has its row "started"."""
+    cdef Row *rows
+    cdef Py_ssize_t cap, head  # head: rows ever written (the next goes to head % cap)
+
+    def __cinit__(self, Py_ssize_t cap):
+        self.cap, self.head = max(1, cap), 0
+        self.rows = <Row *>calloc(self.cap, sizeof(Row))
+        if self.rows == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.rows != NULL:
+            for i in range(self.cap):
+                _clear(&self.rows[i])
+            free(self.rows)
+
+    cdef Row *next(self, str name, double t) except NULL:
+        cdef Row *r = &self.rows[self.head % self.cap]
+        cdef PyFrameObject *caller = PyEval_GetFrame()
+        _clear(r)
+        self.head += 1
+        r.seq, r.dtype, r.count, r.root, r.t_enq, r.t_end, r.state, r.lasti = -1, -1, -1, -1, t, 0, 1, 0
+        r.name = <PyObject *>name
+        Py_XINCREF(r.name)
+        if caller != NULL:
+            code = PyFrame_GetCode(caller)
+            r.code = <PyObject *>code
+            Py_XINCREF(r.code)
+            r.lasti = PyFrame_GetLasti(caller)
+        return r
+
+    cdef list take(self, Row *r):
+        """Row ``r`` as an entry list, no longer a row (it goes to the recorder's deque)."""
+        entry = _entry(r)
+        _clear(r)
+        return entry
+
+    def entries(self) -> list:
+        """The rows, oldest first, as the recorder's entry lists."""
+        cdef Py_ssize_t i, n = min(self.head, self.cap)
+        out = []
+        for i in range(self.head - n, self.head):
+            if self.rows[i % self.cap].state:
+                out.append(_entry(&self.rows[i % self.cap]))
+        return out
+
+    def newest(self):
+        cdef Py_ssize_t i, n = min(self.head, self.cap)
+        for i in range(self.head - 1, self.head - n - 1, -1):
+            if self.rows[i % self.cap].state:
+                return _entry(&self.rows[i % self.cap])
+        return None
+
+
+cdef inline void _clear(Row *r) noexcept:
+    Py_XDECREF(r.name)
+    Py_XDECREF(r.code)
+    Py_XDECREF(r.path)
+    r.name = r.code = r.path = NULL
+    r.state = 0
+
+
+cdef inline void _set_path(Row *r, object path) noexcept:
+    Py_XINCREF(<PyObject *>path)
+    Py_XDECREF(r.path)
+    r.path = <PyObject *>path
+
+
+cdef list _entry(Row *r):
+    entry = [None] * F_FIELDS
+    entry[1] = <object>r.name if r.name != NULL else None
+    if r.seq >= 0:
+        entry[F_SEQ], entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = r.seq, r.dtype, r.count, r.root
+        entry[F_T_START] = r.t_enq
+    entry[F_PATH] = <object>r.path if r.path != NULL else EMPTY
+    entry[F_STATE] = S_COMPLETED if r.state == 2 else S_STARTED if r.seq >= 0 else S_ENQUEUED
+    entry[F_T_ENQ] = r.t_enq
+    if r.state == 2:
+        entry[F_T_END] = r.t_end
+    if r.code != NULL:
+        entry[F_CODE], entry[F_LASTI] = <object>r.code, r.lasti
+    return entry
 
 
 cdef class CallState:
@@ -191,7 +293,7 @@ cdef class Shape:
     cdef bint same01  # args 0 and 1 were one object
     cdef list scalars
     cdef int result_index  # which argument the call returns (-1: None)
-    cdef object plan, choice, dtype_obj, count_obj, root_obj
+    cdef object plan, choice
     cdef int64_t coll, dtype, count, op, root  # the record's fields
     cdef uint64_t nbytes
     cdef Stat stat
@@ -235,7 +337,9 @@ cdef class FastPath:
     """One communicator's compiled call path (made by the communicator when it has a
     shared-memory engine; see the module doc)."""
 
-    cdef object comm, executor, entries, entries_append, tuner
+    cdef object comm, executor, entries_append, tuner
+    cdef Ring ring  # the flight recorder's rows of the calls served here (None: recorder off)
+    cdef bint recording
     cdef CallLock lock  # the communicator's
     cdef CallState state  # the communicator's
     cdef ShmEngine engine
@@ -246,9 +350,10 @@ cdef class FastPath:
     cdef long fork_generation
     cdef int rank
     cdef readonly unsigned long long served  # calls served here (tests, benchmarks)
+    cdef bint counting, checking  # telemetry, and the record on the data (benchmarks switch them: _instruments)
     # the all_reduce shape last learnt
     cdef bint ar_known, ar_inplace
-    cdef object ar_op, ar_choice, ar_dtype_obj, ar_count_obj
+    cdef object ar_op, ar_choice
     cdef uintptr_t ar_send, ar_recv
     cdef Py_ssize_t ar_scount, ar_rcount
     cdef int ar_stype, ar_rtype, ar_dtype, ar_kop
@@ -266,7 +371,9 @@ cdef class FastPath:
         self.tuner = comm._tuner
         self.telemetry = comm._telemetry
         fl = comm._flight
-        self.entries = fl.entries if fl.enabled else None
+        self.ring = Ring(fl.entries.maxlen) if fl.enabled else None
+        fl.compiled = self.ring
+        self.counting = self.checking = self.recording = True
         self.entries_append = fl.entries.append
         self.hdr_arr, self.hdrs_arr = comm._hdr, comm._hdrs
         if self.hdr_arr.dtype != "int64" or self.hdr_arr.size != R_WORDS:
@@ -317,7 +424,6 @@ cdef class FastPath:
         self.ar_scount, self.ar_rcount = cnp.PyArray_SIZE(s), cnp.PyArray_SIZE(r)
         self.ar_stype, self.ar_rtype = cnp.PyArray_TYPE(s), cnp.PyArray_TYPE(r)
         self.ar_dtype, self.ar_count, self.ar_nbytes = send.dtype, send.count, send.nbytes
-        self.ar_dtype_obj, self.ar_count_obj = send.dtype, send.count
         self.ar_op_code, self.ar_kop = int(rop), _plans._KERNEL_OP[rop]
         self.ar_stat = self.telemetry.stat("all_reduce", send.nbytes) if self.telemetry is not None else None
         self.ar_known = True
@@ -339,27 +445,27 @@ cdef class FastPath:
             return MISS
         result = sendbuf if recvbuf is None else recvbuf
         cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
-        entry = self._enqueue("all_reduce", t0)
+        cdef Row *row = self._enqueue("all_reduce", t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
         self.lock.take()
         try:
-            seq = self._start(comm, "all_reduce", entry, self.ar_dtype_obj, self.ar_count_obj, -1)
-            if entry is not None:
-                entry[F_PATH] = self.ar_choice
+            seq = self._start(comm, "all_reduce", row, self.ar_dtype, <int64_t>self.ar_count, -1)
+            if row != NULL:
+                _set_path(row, self.ar_choice)
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, self.ar_dtype, <int64_t>self.ar_count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = self.ar_op_code, -1, 0, 0
             self.state.in_data = True
             try:
-                if not self.engine.agreed(h, self.hdrs, COLL_ALL_REDUCE, self.ar_send, self.ar_recv, self.ar_count,
-                                          self.ar_dtype, self.ar_kop, -1):
-                    self._mismatched(sendbuf, recvbuf, op, entry, seq)
+                if not self.engine.agreed(h if self.checking else NULL, self.hdrs, COLL_ALL_REDUCE, self.ar_send,
+                                          self.ar_recv, self.ar_count, self.ar_dtype, self.ar_kop, -1):
+                    self._mismatched(sendbuf, recvbuf, op, seq)
             except UnicclError as exc:
-                self._failed(sendbuf, recvbuf, op, entry, seq, exc)
+                self._failed(sendbuf, recvbuf, op, self._moved(row), seq, exc)
             t1 = _wall()
-            if entry is not None:
-                entry[F_T_END], entry[F_STATE] = t1, S_COMPLETED
-            if self.ar_stat is not None:
+            if row != NULL:
+                row.t_end, row.state = t1, 2
+            if self.counting and self.ar_stat is not None:
                 self.ar_stat.add(self.ar_nbytes, _ns(t1 - t0))
         finally:
             self.lock.give()
@@ -427,7 +533,6 @@ cdef class FastPath:
         sh.coll = _record.COLLECTIVES.index(name)
         sh.dtype, sh.count = plan.dtype, plan.count
         sh.op, sh.root = int(plan.op), plan.root
-        sh.dtype_obj, sh.count_obj, sh.root_obj = plan.dtype, plan.count, plan.root
         sh.nbytes = plan.nbytes
         sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
         return sh
@@ -438,12 +543,12 @@ cdef class FastPath:
         comm = self.comm
         plan = sh.plan
         cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
-        entry = self._enqueue(name, t0)
+        cdef Row *row = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
         self.lock.take()
         try:
-            seq = self._start(comm, name, entry, sh.dtype_obj, sh.count_obj, sh.root_obj)
+            seq = self._start(comm, name, row, sh.dtype, sh.count, sh.root)
             h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, sh.coll, sh.dtype, sh.count
             h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = sh.op, sh.root, 0, 0
             try:
@@ -451,11 +556,11 @@ cdef class FastPath:
                     if not self.engine.agree_records(h, self.hdrs):
                         _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
                 else:
-                    if entry is not None:
-                        entry[F_PATH] = sh.choice
+                    if row != NULL:
+                        _set_path(row, sh.choice)
                     self.state.in_data = True
-                    if not self.engine.agreed(h, self.hdrs, <int>sh.coll, sh.e_send, sh.e_recv, sh.e_n, sh.e_dtype,
-                                              sh.e_op, sh.e_root):
+                    if not self.engine.agreed(h if self.checking else NULL, self.hdrs, <int>sh.coll, sh.e_send,
+                                              sh.e_recv, sh.e_n, sh.e_dtype, sh.e_op, sh.e_root):
                         comm._in_data = False  # nothing moved: every rank judges the same records
                         _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
                         comm._in_data = True
@@ -463,20 +568,26 @@ cdef class FastPath:
             except UnicclError as exc:
                 if comm._telemetry is not None:
                     comm._telemetry.failure(name)
-                plan.entry = entry
+                plan.entry = self._moved(row)
                 raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
             t1 = _wall()
-            if entry is not None:
-                entry[F_T_END], entry[F_STATE] = t1, S_COMPLETED
-            if sh.stat is not None:
+            if row != NULL:
+                row.t_end, row.state = t1, 2
+            if self.counting and sh.stat is not None:
                 sh.stat.add(sh.nbytes, _ns(t1 - t0))
         finally:
             self.lock.give()
         self.served += 1
         return None if sh.result_index < 0 else args[sh.result_index]
 
+    def _instruments(self, telemetry=True, flight=True, check=True):
+        """Benchmarks only (benchmarks/instruments_cost.py, the placebo method): serve calls
+        without telemetry, the flight recorder's entry or the record on the data (a mismatch
+        would then go unseen: never in a program)."""
+        self.counting, self.checking, self.recording = bool(telemetry), bool(check), bool(flight)
+
     # ---------------------------------------------------------------- helpers
-    cdef int64_t _start(self, comm, str name, entry, dtype_obj, count_obj, root_obj) except -1:
+    cdef int64_t _start(self, comm, str name, Row *row, int64_t dtype, int64_t count, int64_t root) except -1:
         """Under the lock: the call's number taken, its flight recorder entry started."""
         cdef CallState st = self.state
         cdef int64_t seq
@@ -485,38 +596,35 @@ cdef class FastPath:
         seq = st.seq
         st.seq = seq + 1
         st.in_data = False
-        if entry is not None:
-            entry[F_SEQ], entry[F_STATE], entry[F_T_START] = seq, S_STARTED, entry[F_T_ENQ]
-            entry[F_DTYPE], entry[F_COUNT], entry[F_ROOT] = dtype_obj, count_obj, root_obj
+        if row != NULL:
+            row.seq, row.dtype, row.count, row.root = seq, dtype, count, root
         return seq
 
-    cdef object _enqueue(self, str name, double t):
-        """The flight recorder's entry of this call (FlightRecorder.enqueue's), or None."""
-        cdef list entry
-        if self.entries is None:
-            return None
-        entry = [None] * F_FIELDS
-        self._fill(entry, name, t)
-        self.entries_append(entry)  # the deque drops its oldest (a reused ring measured no faster)
-        return entry
+    cdef Row *_enqueue(self, str name, double t) except? NULL:
+        """The flight recorder's row of this call, or NULL (recorder off)."""
+        if self.ring is None or not self.recording:
+            return NULL
+        return self.ring.next(name, t)
 
-    cdef int _fill(self, list entry, str name, double t) except -1:
-        entry[1] = name
-        entry[F_PATH], entry[F_STATE], entry[F_T_ENQ] = EMPTY, S_ENQUEUED, t
-        cdef PyFrameObject *caller = PyEval_GetFrame()
-        if caller != NULL:
-            entry[F_CODE], entry[F_LASTI] = PyFrame_GetCode(caller), PyFrame_GetLasti(caller)
+    cdef object _moved(self, Row *row):
+        """A failing call's row as an entry of the recorder's own (the general path's error
+        handling marks it failed), or None."""
+        if row == NULL:
+            return None
+        entry = self.ring.take(row)
+        self.entries_append(entry)
+        return entry
 
     cdef _plan(self, sendbuf, recvbuf, op, entry):
         plan = _plans.all_reduce(self.comm, sendbuf, recvbuf, op)
         plan.args, plan.timeout, plan.entry = (self.comm, sendbuf, recvbuf, op), None, entry
         return plan
 
-    cdef _mismatched(self, sendbuf, recvbuf, op, entry, int64_t seq):
+    cdef _mismatched(self, sendbuf, recvbuf, op, int64_t seq):
         """The records differ: the general path's judgement (it raises, or the difference is one
         the call allows and the data moves as after an agreement)."""
         comm = self.comm
-        plan = self._plan(sendbuf, recvbuf, op, entry)
+        plan = self._plan(sendbuf, recvbuf, op, None)
         comm._in_data = False  # nothing moved: every rank judges the same records
         _agreement.judge(comm, plan, seq, None)
         comm._in_data = True

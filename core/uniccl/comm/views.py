@@ -105,9 +105,9 @@ class CommunicatorViews:
     def last_operation(self) -> list | None:
         """The flight recorder's newest entry (None: recorder off, or no call yet): a list
         indexed by :mod:`uniccl.observability.flight`'s field constants (``OP``, ``SEQ``,
-        ``STATE``, ``PATH``, ...), which the recorder fills in while the call runs."""
-        entries = self._flight.entries
-        return entries[-1] if entries else None
+        ``STATE``, ``PATH``, ...): the general path's live entry, which the recorder fills in
+        while the call runs, or a copy of a compiled call's row."""
+        return self._flight.newest()
 
     def stats(self) -> dict:
         """This rank's telemetry as a plain dict: per operation (``ops``: calls, bytes, seconds,

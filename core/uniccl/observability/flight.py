@@ -89,6 +89,8 @@ class FlightRecorder:
         self.name, self.rank, self.size = name, rank, size
         self.entries: collections.deque = collections.deque(maxlen=capacity() if cap is None else cap)
         self.enabled = self.entries.maxlen > 0
+        # the compiled call path's rows (uniccl.comm._fastpath.Ring: entries(), newest()), or None
+        self.compiled = None
         _recorders.add(self)  # dumped when a signal ends the process (see arm_signal_dumps)
 
     def enqueue(self, op: str, frame) -> list | None:
@@ -134,9 +136,9 @@ class FlightRecorder:
         else:
             entry[STATE], entry[ERROR] = "failed", f"{type(error).__name__}: {error}"
 
-    def snapshot(self, reason: str = "on demand", error: BaseException | None = None) -> dict:
-        from .._types import dtype_name
-
+    def all(self) -> list:
+        """Copies of every recorded call's entry, oldest first, at most the capacity: the
+        general path's entries and the compiled path's rows together."""
         for _ in range(100):  # another thread may be recording a call (no lock on that hot path)
             try:
                 entries = [list(e) for e in self.entries]
@@ -145,6 +147,25 @@ class FlightRecorder:
                 continue
         else:
             entries = []
+        if self.compiled is not None:
+            entries += self.compiled.entries()
+            entries.sort(key=lambda e: e[T_ENQ])
+            del entries[: max(0, len(entries) - (self.entries.maxlen or 0))]
+        return entries
+
+    def newest(self) -> list | None:
+        """The newest recorded call's entry (the general path's live list, or a copy of the
+        compiled path's row), or None."""
+        mine = self.entries[-1] if self.entries else None
+        theirs = self.compiled.newest() if self.compiled is not None else None
+        if mine is None or (theirs is not None and theirs[T_ENQ] >= mine[T_ENQ]):
+            return theirs
+        return mine
+
+    def snapshot(self, reason: str = "on demand", error: BaseException | None = None) -> dict:
+        from .._types import dtype_name
+
+        entries = self.all()
         ops = []
         for e in entries:
             d = dict(zip(FIELDS, e))
@@ -361,7 +382,7 @@ def write_all(reason: str) -> None:
     for rec in list(_recorders):
         try:
             if tracer is not None:
-                for e in list(rec.entries):
+                for e in rec.all():
                     if e[STATE] == "started" and e[T_START] is not None:
                         tracer.span(
                             e[OP],
