@@ -66,7 +66,8 @@ class Mpi:
 
         self.MPI, self.comm = MPI, MPI.COMM_WORLD
         self.rank, self.size = self.comm.rank, self.comm.size
-        self.library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]  # (Open MPI ends it with a NUL)
+        # (Open MPI's version string ends with a NUL)
+        self.library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
 
     def forms(self, coll, s, r, blk):
         c, SUM = self.comm, self.MPI.SUM
