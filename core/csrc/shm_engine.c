@@ -56,8 +56,8 @@
 #endif
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
-#define UC_SHM_VERSION 2                   /* 2: the record moved into the ready line */
-#define LINE 128                           /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
+#define UC_SHM_VERSION 3 /* 2: the record moved into the ready line; 3: its with_data flag */
+#define LINE 128         /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
 #define NDTYPES 12
@@ -77,7 +77,8 @@ static const size_t ITEMSIZE[NDTYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 2, 2};
 typedef struct {
     _Alignas(LINE) _Atomic uint64_t seq; /* 1 + last chunk signalled */
     _Atomic uint32_t sleepers;           /* ranks in futex_wait on seq */
-    uint32_t pad;
+    uint32_t with_data; /* ready line: 1 when the record published with this signal has its call's
+                         * data in the same rendezvous (uc_shm_agreed), 0 after an agreement alone */
     uint64_t pub_addr;  /* ready line: buffers published for single-copy reads/writes (pid: uc_ctrl) */
     uint64_t pub_addr2; /* ... the second one (a reduction's recv) */
     /* ready line: the call's record (agree_impl, rec_publish), in the 64 bytes after the
@@ -941,6 +942,7 @@ static int rec_publish(uc_shm *e) {
     if (!e->rec_in) return UC_SHM_OK;
     if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
     memcpy(e->ctrl[e->rank].ready.record, e->rec_in, NREC * sizeof(int64_t));
+    e->ctrl[e->rank].ready.with_data = 1;
     e->arriving = 1;
     return UC_SHM_OK;
 }
@@ -953,7 +955,10 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     for (int q = 0; q < e->size; q++) {
         const int64_t *r = q == e->rank ? mine : e->ctrl[q].ready.record;
         memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
-        if (q != e->rank && memcmp(r, mine, NREC * sizeof(int64_t)) != 0) same = 0;
+        /* a peer that agreed alone moves the data in a rendezvous of its own after this one:
+         * leave as after a difference, so that this rank does too (the records may be equal) */
+        if (q != e->rank && (memcmp(r, mine, NREC * sizeof(int64_t)) != 0 || !e->ctrl[q].ready.with_data))
+            same = 0;
     }
     e->rec_in = NULL;
     e->arriving = 0;
@@ -1512,6 +1517,7 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     uint64_t g = e->g++;
     if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
     memcpy(e->ctrl[me].ready.record, record, NREC * sizeof(int64_t));
+    e->ctrl[me].ready.with_data = 0;
     sig(e, OFF_READY, g + 1);
     WAIT(e, OFF_READY, g + 1, -1);
     for (int q = 0; q < n; q++)

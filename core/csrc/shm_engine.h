@@ -159,10 +159,12 @@ enum {
     UC_SHM_COLL_SCATTER = 8,
 };
 /* uc_shm_agree and collective `coll` in one rendezvous: ``record`` is published with the
- * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ.
- * The arguments are those of the collective's own entry point below: n its count (reductions),
- * nbytes (broadcast, whose buffer is recv) or block_bytes (the others); op, root where it has them.
- * record NULL: the collective alone, with no agreement (its callers agreed already). */
+ * data's first signal; UC_SHM_EMISMATCH (out filled, nothing moved) when the records differ or
+ * a peer agreed alone (uc_shm_agree: its data moves in a rendezvous of its own; the caller then
+ * runs the collective's own entry point, as that peer does).  The arguments are those of the collective's own
+ * entry point below: n its count (reductions), nbytes (broadcast, whose buffer is recv) or block_bytes (the
+ * others); op, root where it has them. record NULL: the collective alone, with no agreement (its callers
+ * agreed already). */
 int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
                   size_t n, int dtype, int op, int root);
 /* count: elements per rank block; recv may be block `rank` of send.  op | UC_SHM_RING_ORDER:

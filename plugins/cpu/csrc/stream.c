@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_setname_np */
 /* Streams and events.  A stream is a FIFO of tasks run by its own pthread, so
  * tasks complete in issue order.  Each record of an event creates a marker that
  * the record task completes; the event points at its latest marker, and waits
@@ -170,6 +171,7 @@ static void *worker(void *arg) {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), "uniccl-stream"); /* what tools (and the tests) see */
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping)

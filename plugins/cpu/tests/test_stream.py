@@ -2,7 +2,6 @@
 asynchronous work reach the caller."""
 
 import os
-import threading
 import time
 
 import numpy as np
@@ -162,9 +161,15 @@ def test_hooks_reject_bad_arguments_before_enqueueing(plugin, stream):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 def test_destroy_finishes_work_and_joins_the_worker(plugin):
-    def threads():  # native threads not made by Python: the streams' workers (other threads of the
-        python = {t.native_id for t in threading.enumerate()}  # process, e.g. uniccl's, come and go)
-        return sum(1 for t in os.listdir("/proc/self/task") if int(t) not in python)
+    def threads():  # the streams' workers, by the name they give themselves (other threads of the
+        count = 0  # process, uniccl's or a library's, come and go)
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    count += f.read().strip() == "uniccl-stream"
+            except OSError:  # it ended meanwhile
+                pass
+        return count
 
     def settled(want):  # a Python thread of an earlier test that is just ending is briefly counted
         deadline = time.monotonic() + 5

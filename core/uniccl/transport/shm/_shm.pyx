@@ -444,8 +444,9 @@ cdef class ShmEngine:
         """:meth:`agree` and collective ``coll`` (the record's code, ``record.COLLECTIVES``) in
         one rendezvous: the record rides on the data's first signal.  The other arguments are
         those of that collective's method here (``n``: its count, nbytes or block_bytes; a
-        broadcast's buffer is ``recv``).  False when the records differ: ``out`` holds them,
-        nothing moved."""
+        broadcast's buffer is ``recv``).  False when the records differ, or a peer agreed
+        alone (it moves the data in a rendezvous of its own): ``out`` holds them, nothing
+        moved, and the caller runs the collective's own method next, as that peer does."""
         self._live("agreed_call")
         self._records(header, out, "agreed_call")
         cdef int c = self._code(coll, "agreed_call", "coll")
