@@ -280,9 +280,9 @@ cdef class CallLock:
 
 
 cdef class Shape:
-    """A learnt call of a collective other than all_reduce: its arguments as the general path
-    saw them (arrays by address, count, type, flags and identity relations; the others by
-    identity, ints by value) and the checked plan it built.  The plan's buffer views keep
+    """A learnt call of a collective other than all_reduce (or a persistent call of any): its
+    arguments as the general path saw them (arrays by address, count, type, flags and identity
+    relations; the others by identity, ints by value) and the checked plan it built.  The plan's buffer views keep
     those arrays alive, so an array at the same address is the same memory."""
     cdef int n
     cdef int kind[MAX_ARGS]  # 0 None, 1 numpy array, 2 anything else
@@ -561,9 +561,9 @@ cdef class FastPath:
                     self.state.in_data = True
                     if not self.engine.agreed(h if self.checking else NULL, self.hdrs, <int>sh.coll, sh.e_send,
                                               sh.e_recv, sh.e_n, sh.e_dtype, sh.e_op, sh.e_root):
-                        comm._in_data = False  # nothing moved: every rank judges the same records
+                        self.state.in_data = False  # nothing moved: every rank judges the same records
                         _agreement.judge(comm, plan, seq, None)  # raises, or the difference is allowed
-                        comm._in_data = True
+                        self.state.in_data = True
                         plan.shm(self.engine)
             except UnicclError as exc:
                 if comm._telemetry is not None:

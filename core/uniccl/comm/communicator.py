@@ -400,10 +400,7 @@ class Communicator(CommunicatorViews):
         # the agreement alone: the record of the call, no data (run None, no shm runner)
         probe = Plan(name, plan.dtype, plan.count, plan.op, plan.root, nbytes=plan.nbytes)
         probe.error, probe.entry, probe.staged = plan.error, entry, None
-        if not self._executor.idle():  # keep issue order behind pending async work
-            self._executor.submit(functools.partial(self._execute, probe), Work(op)).wait()
-        else:
-            self._execute(probe)
+        self._in_order(probe, op)
         return _fastpath.Persistent(self, name, planner, args, plan.result)
 
     def _call(self, name, planner, args, async_op, timeout=None, depth=2):
@@ -429,8 +426,12 @@ class Communicator(CommunicatorViews):
             return group.add(self, plan)
         if async_op:
             return self._executor.submit(functools.partial(self._execute, plan), Work(name))
-        if not self._executor.idle():  # keep issue order behind pending async work
-            return self._executor.submit(functools.partial(self._execute, plan), Work(name)).wait()
+        return self._in_order(plan, name)
+
+    def _in_order(self, plan: Plan, op: str):
+        """Run ``plan`` now, or behind the async work still pending (issue order)."""
+        if not self._executor.idle():
+            return self._executor.submit(functools.partial(self._execute, plan), Work(op)).wait()
         return self._execute(plan)
 
     def _execute(self, plan: Plan):
