@@ -10,10 +10,15 @@ emulated ABI) and times, on the same device buffer, alternating blocks of
 * direct: ``ncclAllReduce`` on the default stream then ``cudaStreamSynchronize``, both through
   ctypes with their argument types set -- what a Python program calling NCCL itself pays;
 * uniccl: ``comm.all_reduce(buf)`` -- the native path: checks, the cross-rank record, the
-  same ``ncclAllReduce`` and the same synchronization (no stream given).
+  same ``ncclAllReduce`` and the same synchronization (no stream given); after the first call
+  of the shape, served compiled (the library's function called by address);
+* interface: reading the buffer's ``__cuda_array_interface__`` -- what any consumer of the
+  array pays to learn its pointer (the test's DeviceArray builds the dict in Python), and
+  part of uniccl's column: the compiled path reads it on every call to match the shape.
 
-Rank 0 prints, per size, the median block's µs per call of each and the difference (the
-native path's added cost).  The emulated library's own work is in both columns alike; on a
+Rank 0 prints, per size, the median block's µs per call of each, the difference (the native
+path's added cost) and that difference less the interface's (uniccl's own), and checks that
+the calls were served compiled.  The emulated library's own work is in both columns alike; on a
 GPU, benchmarks/gpu_native.py measures the same against the real NCCL.
 """
 
@@ -66,11 +71,16 @@ def rank_main(calls: int) -> int:
             for _ in range(calls):
                 comm.all_reduce(a)
 
+        def interface(a=a):
+            for _ in range(calls):
+                _ = a.__cuda_array_interface__
+
         for f in (direct, ours):  # warm up
             f()
-        blocks = {"direct": [], "uniccl": []}
+        served = comm._fast.served if comm._fast is not None else 0
+        blocks = {"direct": [], "uniccl": [], "interface": []}
         for _ in range(BLOCKS):
-            for name, f in (("direct", direct), ("uniccl", ours)):
+            for name, f in (("direct", direct), ("uniccl", ours), ("interface", interface)):
                 comm.barrier()
                 t0 = time.perf_counter()
                 f()
@@ -79,13 +89,17 @@ def rank_main(calls: int) -> int:
         if comm.size == 1 and not np.array_equal(got, np.ones(n, np.float32)):
             print(f"rank {comm.rank}: wrong values after the loops: {got[:4]}", flush=True)
             return 1
-        rows.append((nbytes, statistics.median(blocks["direct"]), statistics.median(blocks["uniccl"])))
+        served = (comm._fast.served if comm._fast is not None else 0) - served
+        if served < BLOCKS * calls:
+            print(f"rank {comm.rank}: {served} of {BLOCKS * calls} calls served compiled", flush=True)
+            return 1
+        rows.append((nbytes, *(statistics.median(blocks[k]) for k in ("direct", "uniccl", "interface"))))
         a.free()
     if comm.rank == 0:
         print(f"{comm.size} rank(s), {ccl.path} (emulated NCCL), {calls} calls per block, median of {BLOCKS}:")
-        print(f"{'bytes':>8} {'direct us':>10} {'uniccl us':>10} {'added us':>9}")
-        for nbytes, d, o in rows:
-            print(f"{nbytes:>8} {d:>10.2f} {o:>10.2f} {o - d:>9.2f}", flush=True)
+        print(f"{'bytes':>8} {'direct us':>10} {'uniccl us':>10} {'added us':>9} {'interface us':>13} {'own us':>7}")
+        for nbytes, d, o, i in rows:
+            print(f"{nbytes:>8} {d:>10.2f} {o:>10.2f} {o - d:>9.2f} {i:>13.2f} {o - d - i:>7.2f}", flush=True)
     comm.destroy()
     return 0
 

@@ -238,6 +238,16 @@ class NativeCollectives(Protocol):
         (a stream of this plugin's, or None: the default stream)."""
         ...
 
+    def c_entry(self, coll: str, dtype: int, op: int) -> tuple[int, int, int, Callable[[int, int], None]] | None:
+        """Optional, for the compiled call path: ``(address, vendor dtype, vendor op, check)``
+        -- the address of the library's C function for ``coll`` when it takes NCCL's arguments
+        (``ncclAllReduce(send, recv, count, datatype, op, comm, stream)``, ``ncclBroadcast``
+        with the root for the op, ``ncclReduce`` with both, ``ncclAllGather`` with neither,
+        ``ncclReduceScatter``), the codes to pass it, and ``check(status, rank)`` raising a
+        failed status's typed error -- or None: such calls go through :meth:`run`.  A library
+        without the method is called through :meth:`run` always."""
+        ...
+
     def group_start(self) -> None:
         """Start fusing the calls that follow into one launch (``uniccl.group()``)."""
         ...

@@ -11,6 +11,11 @@ same op object -- and the communicator is in the state the general path took its
 (no group open, no async work queued, no tracing, the default timeout, not destroyed, not a
 forked child).  Anything else returns :data:`MISS` and the caller takes the general path.
 
+Calls on device buffers that the vendor library runs (the native path; a Shape learnt with
+the library's ``c_entry``) are served the same way: the buffers matched by their CUDA Array
+Interface, the record agreed through the engine (alone, as the general path does before a
+vendor call), then the library's C function called by address, without ctypes.
+
 What stays on: the cross-rank record (it rides on the data in the engine's agreed call, as
 on the general path), the flight recorder's row (a C ring the recorder reads with its own entries;
 the caller's code and instruction, its line found at a dump), the
@@ -37,6 +42,7 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from uniccl.observability._counters cimport Counters, Stat
 from uniccl.transport.shm._shm cimport ShmEngine
 
+import copy
 import os
 
 from uniccl._errors import InvalidUsage, UnicclError
@@ -44,6 +50,7 @@ from uniccl._types import ReduceOp
 from uniccl.comm import agreement as _agreement
 from uniccl.comm import checks as _checks
 from uniccl.comm import group as _group
+from uniccl.comm import native as _routes
 from uniccl.comm import outcome as _outcome
 from uniccl.comm import plans as _plans
 from uniccl.comm._buffer import as_buffer
@@ -110,6 +117,12 @@ cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int t
             and cnp.PyArray_ISNOTSWAPPED(arr) and (not writable or cnp.PyArray_ISWRITEABLE(arr)))
 
 DEF MAX_ARGS = 4
+
+# NCCL's collective signatures (kit._plugin._NCCL_SHAPES): int status (send, recv, count,
+# datatype, [op or root], [root], comm, stream)
+ctypedef int (*ccl_call7)(const void *, void *, size_t, int, int, void *, void *) noexcept nogil
+ctypedef int (*ccl_call8)(const void *, void *, size_t, int, int, int, void *, void *) noexcept nogil
+ctypedef int (*ccl_call6)(const void *, void *, size_t, int, void *, void *) noexcept nogil
 
 
 cdef struct Row:
@@ -285,13 +298,15 @@ cdef class Shape:
     relations; the others by identity, ints by value) and the checked plan it built.  The plan's buffer views keep
     those arrays alive, so an array at the same address is the same memory."""
     cdef int n
-    cdef int kind[MAX_ARGS]  # 0 None, 1 numpy array, 2 anything else
+    # 0 None, 1 numpy array, 2 anything else, 3 a device buffer (its CUDA Array Interface in scalars)
+    cdef int kind[MAX_ARGS]
     cdef uintptr_t ptr[MAX_ARGS]
     cdef Py_ssize_t size[MAX_ARGS]
     cdef int typenum[MAX_ARGS]
     cdef bint writeable[MAX_ARGS]
     cdef bint same01  # args 0 and 1 were one object
     cdef list scalars
+    cdef list types  # a device buffer's type
     cdef int result_index  # which argument the call returns (-1: None)
     cdef object plan, choice
     cdef int64_t coll, dtype, count, op, root  # the record's fields
@@ -302,6 +317,13 @@ cdef class Shape:
     cdef uintptr_t e_send, e_recv
     cdef size_t e_n
     cdef int e_dtype, e_op, e_root
+    # the native path's library call (device buffers): its arity (6, 7, 8), address, arguments
+    cdef bint native
+    cdef int n_arity, n_dtype, n_a, n_b  # n_a: the op (the root for broadcast), n_b: reduce's root
+    cdef uintptr_t n_fn, n_send, n_recv, n_comm, n_stream
+    cdef size_t n_count
+    cdef int64_t native_id  # the record's R_NATIVE
+    cdef object n_check, n_sync, planner  # check(status, rank); the backend's stream_synchronize, or None
 
 
 cdef inline bint _same_scalar(object a, object b):
@@ -318,6 +340,14 @@ cdef bint _matches(Shape sh, tuple args):
         if sh.kind[i] == 0:
             if a is not None:
                 return False
+        elif sh.kind[i] == 3:
+            if type(a) is not sh.types[i]:
+                return False
+            try:
+                if a.__cuda_array_interface__ != sh.scalars[i]:
+                    return False
+            except Exception:
+                return False  # the general path says why
         elif sh.kind[i] == 1:
             if type(a) is not cnp.ndarray:
                 return False
@@ -404,7 +434,8 @@ cdef class FastPath:
         cdef cnp.ndarray s, r
         self.ar_known = False
         comm = self.comm
-        if type(sendbuf) is not cnp.ndarray or comm._hier is not None or comm._faults is not None:
+        if (type(sendbuf) is not cnp.ndarray or comm._hier is not None or comm._faults is not None
+                or self.engine is None):
             return
         inplace = recvbuf is None or recvbuf is sendbuf
         if not inplace and type(recvbuf) is not cnp.ndarray:
@@ -497,8 +528,9 @@ cdef class FastPath:
         if comm._hier is not None or comm._faults is not None or len(args) - 1 > MAX_ARGS:
             return None
         sh.n = len(args) - 1
-        sh.scalars = [None] * sh.n
+        sh.scalars, sh.types = [None] * sh.n, [None] * sh.n
         sh.result_index = -1
+        device = False
         for i in range(sh.n):
             a = args[i + 1]
             if a is None:
@@ -511,16 +543,30 @@ cdef class FastPath:
             elif isinstance(a, (int, str, float)) or a.__class__.__module__.startswith("uniccl"):
                 sh.kind[i] = 2  # an op, a root, a flag (never a buffer of another kind)
                 sh.scalars[i] = a
+            elif getattr(a, "is_cuda", None) is False:
+                return None  # a host tensor: asking for the interface would raise, costing more
             else:
-                return None  # another buffer kind (bytearray, a tensor): the general path only
+                try:
+                    cai = a.__cuda_array_interface__
+                except Exception:
+                    return None  # another buffer kind (bytearray, DLPack only): the general path only
+                if type(cai) is not dict:
+                    return None
+                sh.kind[i], sh.types[i], sh.scalars[i] = 3, type(a), copy.deepcopy(cai)
+                device = True
             if result is not None and result is a and sh.result_index < 0:
                 sh.result_index = i + 1
         if result is not None and sh.result_index < 0:
             return None
         sh.same01 = sh.n >= 2 and args[1] is args[2]
+        if device:
+            return self._native_shape(sh, name, planner, args)
+        if self.engine is None:
+            return None  # (a FastPath of the native path alone: one rank)
         plan = planner(*args)  # the same checks as the call that just succeeded
         if plan.error is not None or plan.staged is not None or plan.p2p:
             return None
+        sh.native = False
         sh.has_engine = plan.engine is not None
         if sh.has_engine:
             sh.choice = self.tuner.choose(name, plan.nbytes)
@@ -537,9 +583,105 @@ cdef class FastPath:
         sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
         return sh
 
+    cdef Shape _native_shape(self, Shape sh, str name, planner, tuple args):
+        """``sh`` (its arguments filled in, one a device buffer) as a call of the vendor
+        library's C function, or None when the native path would not run it so."""
+        comm = self.comm
+        native = comm._native
+        if comm._native_comm is None or (self.engine is None and comm.size > 1):
+            return None  # no library communicator, or no engine for the record (TCP, MPI)
+        c_entry = getattr(native, "c_entry", None)
+        if c_entry is None:
+            return None
+        comm._staging.list = None
+        plan = planner(*args)  # the same checks (and pointer claims) as the call that just succeeded
+        plan.staged, comm._staging.list = comm._staging.list, None
+        if plan.error is not None or not plan.staged or plan.p2p:
+            return None
+        n = _routes.native_path(comm, plan)
+        got = c_entry(name, plan.dtype, plan.op if plan.op >= 0 else 0) if n is not None else None
+        if got is None:
+            return None
+        address, vdtype, vop, check = got
+        sh.native, sh.has_engine, sh.plan, sh.planner = True, False, plan, planner
+        sh.n_fn, sh.n_dtype, sh.n_check = address, vdtype, check
+        sh.n_arity = 8 if name == "reduce" else 6 if name == "all_gather" else 7
+        sh.n_a = n["root"] if name == "broadcast" else vop
+        sh.n_b = n["root"]
+        sh.n_send, sh.n_recv, sh.n_count = n["send"], n["recv"], n["count"]
+        sh.n_comm, sh.n_stream = comm._native_comm, n["stream"] or 0
+        sh.n_sync = comm._backend.stream_synchronize if n["stream"] is None else None
+        sh.native_id = comm._native_id
+        sh.choice = f"native:{native.name}"
+        sh.coll = _record.COLLECTIVES.index(name)
+        sh.dtype, sh.count = plan.dtype, plan.count
+        sh.op, sh.root = int(plan.op), plan.root
+        sh.nbytes = plan.nbytes
+        sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
+        return sh
+
+    cdef object _run_native(self, Shape sh, str name, tuple args):
+        """What the general path does for a native call (``native.route`` to ``run_native``):
+        the record agreed through the engine (more than one rank), then the library's
+        function by address; a differing record goes to ``native.after_mismatch``."""
+        comm = self.comm
+        cdef double t0 = _wall(), t1
+        cdef Row *row = self._enqueue(name, t0)
+        cdef int64_t *h = self.hdr
+        cdef int64_t seq
+        cdef int rc = 0
+        cdef bint same = True
+        cdef void *comm_h = <void *>sh.n_comm
+        cdef void *stream = <void *>sh.n_stream
+        result = None if sh.result_index < 0 else args[sh.result_index]
+        self.lock.take()
+        try:
+            seq = self._start(comm, name, row, sh.dtype, sh.count, sh.root)
+            if row != NULL:
+                _set_path(row, sh.choice)
+            h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, sh.coll, sh.dtype, sh.count
+            h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = sh.op, sh.root, sh.native_id, 0
+            try:
+                if self.engine is not None:
+                    same = self.engine.agree_records(h, self.hdrs) == 1
+                self.state.in_data = True
+                if not same:
+                    result = _routes.after_mismatch(comm, name, sh.planner, args, seq)
+                else:
+                    with nogil:
+                        if sh.n_arity == 7:
+                            rc = (<ccl_call7>sh.n_fn)(<const void *>sh.n_send, <void *>sh.n_recv, sh.n_count,
+                                                      sh.n_dtype, sh.n_a, comm_h, stream)
+                        elif sh.n_arity == 8:
+                            rc = (<ccl_call8>sh.n_fn)(<const void *>sh.n_send, <void *>sh.n_recv, sh.n_count,
+                                                      sh.n_dtype, sh.n_a, sh.n_b, comm_h, stream)
+                        else:
+                            rc = (<ccl_call6>sh.n_fn)(<const void *>sh.n_send, <void *>sh.n_recv, sh.n_count,
+                                                      sh.n_dtype, comm_h, stream)
+                    if rc != 0:
+                        sh.n_check(rc, self.rank)  # raises the status's typed error
+                    if sh.n_sync is not None:  # no stream given: done on return, like the host path
+                        sh.n_sync(None)
+            except UnicclError as exc:
+                if comm._telemetry is not None:
+                    comm._telemetry.failure(name)
+                sh.plan.entry = self._moved(row)
+                raise _outcome.failed(comm, sh.plan, seq, comm.timeout, exc) from None
+            t1 = _wall()
+            if row != NULL:
+                row.t_end, row.state = t1, 2
+            if self.counting and sh.stat is not None:
+                sh.stat.add(sh.nbytes, _ns(t1 - t0))
+        finally:
+            self.lock.give()
+        self.served += 1
+        return result
+
     cdef object _run(self, Shape sh, str name, tuple args):
         """What ``Communicator._execute`` does for this plan on the engine (the agreed engine
         call, or the agreement alone for a barrier), without making a plan."""
+        if sh.native:
+            return self._run_native(sh, name, args)
         comm = self.comm
         plan = sh.plan
         cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
@@ -644,6 +786,8 @@ def all_reduce(self, sendbuf, recvbuf=None, op=ReduceOp.SUM, *, async_op=False, 
     cdef FastPath fast = self._fast
     if fast is None or async_op or timeout is not None:
         return self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), async_op, timeout, 1)
+    if type(sendbuf) is not cnp.ndarray:  # a device buffer (the native path), or another kind
+        return fast.call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op))
     result = fast._all_reduce(sendbuf, recvbuf, op)  # a call of the last shape
     if result is MISS:
         result = self._call("all_reduce", _plans.all_reduce, (self, sendbuf, recvbuf, op), False, None, 1)

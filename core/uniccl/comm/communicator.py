@@ -191,8 +191,10 @@ class Communicator(CommunicatorViews):
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             _routes.make_hierarchy(self, ids)
-        # the compiled steady-state path (shared memory; see _fastpath): None where it never applies
-        eligible = self._engine is not None and self.size > 1 and self._hier is None and self._faults is None
+        # the compiled steady-state path (shared memory, and the native path where its records can be
+        # agreed through the engine, or need not be: one rank; see _fastpath): None where it never applies
+        served = self._engine is not None and self.size > 1 or self._native_comm is not None and self.size == 1
+        eligible = served and self._hier is None and self._faults is None
         self._fast = FastPath(self) if eligible else None
 
     # ------------------------------------------------------------------ basics

@@ -24,7 +24,7 @@ from ..observability import flight as _fl
 from ..observability.log import logger
 from . import device as _device
 from . import staged_reduce as _staged_reduce
-from .agreement import H_DEVRED, H_NATIVE
+from .agreement import H_DEVRED, H_NATIVE, judge
 from .plans import Plan
 
 _NO_GROUP = -1  # split's color for "in no new communicator" (uniccl.UNDEFINED)
@@ -125,6 +125,21 @@ def route(comm, plan: Plan, seq: int, native):
     if staged:
         _device.stage_out(comm._backend, staged)
     return result
+
+
+def after_mismatch(comm, name: str, planner, args: tuple, seq: int):
+    """A compiled native call (comm/_fastpath) whose records differed from a peer's (in
+    ``comm._hdrs``): the general path's judgement, which raises, or finds a difference the
+    call allows (a peer stages its buffers), and then :func:`route`, on a plan made afresh."""
+    comm._staging.list = None
+    plan = planner(*args)
+    plan.staged, comm._staging.list = comm._staging.list, None
+    plan.args = args
+    native = native_path(comm, plan)
+    comm._in_data = False  # nothing moved: every rank judges the same records
+    judge(comm, plan, seq, None)
+    comm._in_data = True
+    return route(comm, plan, seq, native)
 
 
 def native_path(comm, plan: Plan):

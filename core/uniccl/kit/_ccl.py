@@ -77,7 +77,8 @@ class CclLibrary(BoundLibrary):
             "GroupEnd": [],
         }
 
-    def _check(self, status: int, name: str, op=None, rank=None) -> None:
+    def check(self, status: int, name: str, op=None, rank=None) -> None:
+        """Raise the typed error of a failed ``status`` returned by ``<prefix><name>``."""
         check_status(
             status,
             self.spec.prefix + name,
@@ -92,7 +93,7 @@ class CclLibrary(BoundLibrary):
         fn = self._fns.get(name)
         if fn is None:
             raise InvalidUsage(f"{self.spec.prefix}{name} is not exported by {self.path}", op=op, rank=rank)
-        self._check(fn(*args), name, op, rank)
+        self.check(fn(*args), name, op, rank)
 
     def version(self) -> int | None:
         v = c_int(0)

@@ -66,6 +66,25 @@ class _Kernels:
         return self._scale(dst, src, count, dtype, divisor, stream)
 
 
+# the collectives the compiled path calls by address (comm/_fastpath), and the argument types
+# they must be bound with: NCCL's (send, recv, count, datatype, [op], [root], comm, stream)
+_C_NAMES = {
+    "all_reduce": "AllReduce",
+    "broadcast": "Broadcast",
+    "reduce": "Reduce",
+    "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter",
+}
+_V, _S, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+_NCCL_SHAPES = {
+    "AllReduce": [_V, _V, _S, _I, _I, _V, _V],
+    "Broadcast": [_V, _V, _S, _I, _I, _V, _V],
+    "Reduce": [_V, _V, _S, _I, _I, _I, _V, _V],
+    "AllGather": [_V, _V, _S, _I, _V, _V],
+    "ReduceScatter": [_V, _V, _S, _I, _I, _V, _V],
+}
+
+
 class NativeNccl:
     """Whole collectives through the vendor's NCCL-class library (``hookspecs.NativeCollectives``)."""
 
@@ -105,6 +124,23 @@ class NativeNccl:
         }
         name, call_args = table[coll]
         self.ccl.call(name, *call_args, op=coll, rank=rank)
+
+    def c_entry(self, coll: str, dtype: int, op: int):
+        """The compiled call path's way in (``hookspecs.NativeCollectives.c_entry``): the
+        address of the library's function for ``coll`` when it is bound with NCCL's argument
+        types, the vendor's codes for ``dtype`` and ``op``, and the status check; or None."""
+        name = _C_NAMES.get(coll, "")
+        fn = self.ccl._fns.get(name) if name else None
+        if fn is None or list(fn.argtypes) != _NCCL_SHAPES[name] or not hasattr(self.ccl, "check"):
+            return None  # another shape of call, or no status check to name a failure: run() takes it
+        dt, vop = self.ccl.dtype(dtype), self.ccl.spec.ops.get(op, 0)
+        if dt is None or vop is None:
+            return None
+
+        def check(status: int, rank: int) -> None:
+            self.ccl.check(status, name, op=coll, rank=rank)
+
+        return ctypes.cast(fn, ctypes.c_void_p).value, dt, vop, check
 
     def group_start(self) -> None:
         self.ccl.call("GroupStart")

@@ -104,8 +104,12 @@ class CnclLibrary(BoundLibrary):
         fn = self._fns.get(name)
         if fn is None:
             raise InvalidUsage(f"cncl{name} is not exported by {self.path}", op=op, rank=rank)
+        self.check(fn(*args), name, op, rank)
+
+    def check(self, status: int, name: str, op=None, rank=None) -> None:
+        """Raise the typed error of a failed ``status`` returned by ``cncl<name>``."""
         check_status(
-            fn(*args),
+            status,
             "cncl" + name,
             self.spec.vendor,
             self.spec.statuses,
