@@ -12,13 +12,16 @@ emulated ABI) and times, on the same device buffer, alternating blocks of
 * uniccl: ``comm.all_reduce(buf)`` -- the native path: checks, the cross-rank record, the
   same ``ncclAllReduce`` and the same synchronization (no stream given); after the first call
   of the shape, served compiled (the library's function called by address);
+* direct+record: the direct call preceded by the shared-memory engine's agreement of a call
+  record (more than one rank) -- the cross-rank check uniccl makes before every vendor call;
 * interface: reading the buffer's ``__cuda_array_interface__`` -- what any consumer of the
   array pays to learn its pointer (the test's DeviceArray builds the dict in Python), and
   part of uniccl's column: the compiled path reads it on every call to match the shape.
 
 Rank 0 prints, per size, the median block's µs per call of each, the difference (the native
-path's added cost) and that difference less the interface's (uniccl's own), and checks that
-the calls were served compiled.  The emulated library's own work is in both columns alike; on a
+path's added cost), and "rest": uniccl less direct+record less interface, what the compiled
+path adds beyond the check and the array's own interface; it checks that the calls were
+served compiled.  The emulated library's own work is in both columns alike; on a
 GPU, benchmarks/gpu_native.py measures the same against the real NCCL.
 """
 
@@ -67,6 +70,17 @@ def rank_main(calls: int) -> int:
                     raise RuntimeError(f"ncclAllReduce returned {rc}")
                 be.stream_synchronize(None)
 
+        engine, hdr, hdrs = comm._engine, comm._hdr, comm._hdrs
+
+        def direct_record(p=p, n=n, dt=dt, op=op):
+            for _ in range(calls):
+                if engine is not None:
+                    engine.agree(hdr, hdrs)
+                rc = fn(p, p, n, dt, op, ncomm, None)
+                if rc:
+                    raise RuntimeError(f"ncclAllReduce returned {rc}")
+                be.stream_synchronize(None)
+
         def ours(a=a):
             for _ in range(calls):
                 comm.all_reduce(a)
@@ -78,9 +92,10 @@ def rank_main(calls: int) -> int:
         for f in (direct, ours):  # warm up
             f()
         served = comm._fast.served if comm._fast is not None else 0
-        blocks = {"direct": [], "uniccl": [], "interface": []}
+        arms = {"direct": direct, "direct+record": direct_record, "uniccl": ours, "interface": interface}
+        blocks: dict = {name: [] for name in arms}
         for _ in range(BLOCKS):
-            for name, f in (("direct", direct), ("uniccl", ours), ("interface", interface)):
+            for name, f in arms.items():
                 comm.barrier()
                 t0 = time.perf_counter()
                 f()
@@ -93,13 +108,15 @@ def rank_main(calls: int) -> int:
         if served < BLOCKS * calls:
             print(f"rank {comm.rank}: {served} of {BLOCKS * calls} calls served compiled", flush=True)
             return 1
-        rows.append((nbytes, *(statistics.median(blocks[k]) for k in ("direct", "uniccl", "interface"))))
+        rows.append((nbytes, *(statistics.median(blocks[k]) for k in arms)))
         a.free()
     if comm.rank == 0:
         print(f"{comm.size} rank(s), {ccl.path} (emulated NCCL), {calls} calls per block, median of {BLOCKS}:")
-        print(f"{'bytes':>8} {'direct us':>10} {'uniccl us':>10} {'added us':>9} {'interface us':>13} {'own us':>7}")
-        for nbytes, d, o, i in rows:
-            print(f"{nbytes:>8} {d:>10.2f} {o:>10.2f} {o - d:>9.2f} {i:>13.2f} {o - d - i:>7.2f}", flush=True)
+        head = ("bytes", "direct us", "+record us", "uniccl us", "added us", "interface us", "rest us")
+        print(" ".join(f"{h:>{max(8, len(h))}}" for h in head))
+        for nbytes, d, dr, o, i in rows:
+            cells = (nbytes, f"{d:.2f}", f"{dr:.2f}", f"{o:.2f}", f"{o - d:.2f}", f"{i:.2f}", f"{o - dr - i:.2f}")
+            print(" ".join(f"{c:>{max(8, len(h))}}" for c, h in zip(cells, head)), flush=True)
     comm.destroy()
     return 0
 
