@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
@@ -239,7 +240,17 @@ def main() -> int:
     if args.quick:
         args.repeats = min(args.repeats, 2)
     if args.worker:
-        return worker(args)
+        try:
+            return worker(args)
+        except BaseException:
+            # one rank's error (a bad UNICCL_SHM_* value, say) must end the job: the others
+            # would wait in MPI forever, and so would this rank in MPI_Finalize
+            from mpi4py import MPI
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(1)
+            raise
 
     all_rows, metas = [], {}
     started = time.time()

@@ -72,6 +72,8 @@ typedef struct {
     size_t nt_min_bytes;         /* outputs at least this large are written with non-temporal stores */
     size_t cma_reduce_min_bytes; /* reductions with single-copy pulls/pushes from this many bytes
                                     per rank's part ((size_t)-1: never) */
+    size_t cma_bcast_max_bytes;  /* broadcasts this large or larger go through the slots even where
+                                    single-copy reads are on ((size_t)-1: no limit) */
     uint64_t spin_ns;            /* busy-wait this long before yielding */
     uint64_t yield_ns;           /* then sched_yield until this long, then sleep on a futex */
     int checksum;      /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */

@@ -287,6 +287,14 @@ VARS: dict[str, Var] = {
             special=(("-1", -1),),
         ),
         _v(
+            "UNICCL_SHM_CMA_BCAST_MAX_BYTES",
+            "size",
+            None,
+            "shared-memory tuning: the smallest broadcast through the slots where single-copy reads are on (-1: none)",
+            minimum=0,
+            special=(("-1", -1),),
+        ),
+        _v(
             "UNICCL_SHM_NT_MIN_BYTES",
             "size",
             None,

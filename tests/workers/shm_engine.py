@@ -228,13 +228,23 @@ def cmd_matrix(args) -> int:
     failures: list[str] = []
     cases = 0
 
-    # 1. single-copy transfers for every size above the one-round reductions
+    # 1. single-copy transfers for every size above the one-round reductions, but broadcasts
+    #    of half a slot or more, which go through the slots (as those of 32 MiB do by default)
     eng = mpi_engine(
-        world, args.prefix, "cma", TEST_SLOT, small_bytes=TEST_SMALL, cma_min_bytes=1, cma_reduce_min_bytes=1
+        world,
+        args.prefix,
+        "cma",
+        TEST_SLOT,
+        small_bytes=TEST_SMALL,
+        cma_min_bytes=1,
+        cma_reduce_min_bytes=1,
+        cma_bcast_max_bytes=TEST_SLOT // 2,
     )
     cases += matrix(world, eng, "cma", TEST_SLOT, REDUCING + MOVING, DTYPES, True, failures)
     if world.size > 1 and not eng.cma:
         failures.append(f"cma engine: single-copy reads not in use: {eng.cma_reason}")
+    if eng.tuning["cma_bcast_max_bytes"] != TEST_SLOT // 2:
+        failures.append(f"cma engine: cma_bcast_max_bytes not applied: {eng.tuning}")
     eng.close()
 
     # 2. slot copies forced by the environment (pipelined reductions); non-temporal output

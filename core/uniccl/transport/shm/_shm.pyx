@@ -16,7 +16,8 @@ so no segment can outlive the job.
 
 Environment: ``UNICCL_SHM_CMA=0`` forces slot copies instead of single-copy reads
 (process_vm_readv); ``UNICCL_SHM_SMALL_BYTES``, ``UNICCL_SHM_CMA_MIN_BYTES``,
-``UNICCL_SHM_CMA_REDUCE_MIN_BYTES`` (-1: never), ``UNICCL_SHM_NT_MIN_BYTES`` (the
+``UNICCL_SHM_CMA_REDUCE_MIN_BYTES`` (-1: never), ``UNICCL_SHM_CMA_BCAST_MAX_BYTES`` (-1: no
+limit), ``UNICCL_SHM_NT_MIN_BYTES`` (the
 creator's values hold for every rank),
 ``UNICCL_SHM_SPIN_NS`` and ``UNICCL_SHM_YIELD_NS`` tune it.
 """
@@ -31,6 +32,7 @@ import atexit
 import os
 import weakref
 
+from uniccl import _env
 from uniccl._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
 
 cnp.import_array()
@@ -74,6 +76,7 @@ cdef extern from "shm_engine.h" nogil:
         size_t cma_min_bytes
         size_t nt_min_bytes
         size_t cma_reduce_min_bytes
+        size_t cma_bcast_max_bytes
         uint64_t spin_ns
         uint64_t yield_ns
         int checksum
@@ -181,9 +184,12 @@ _TUNING_ENV = {
     "cma_min_bytes": "UNICCL_SHM_CMA_MIN_BYTES",
     "nt_min_bytes": "UNICCL_SHM_NT_MIN_BYTES",
     "cma_reduce_min_bytes": "UNICCL_SHM_CMA_REDUCE_MIN_BYTES",
+    "cma_bcast_max_bytes": "UNICCL_SHM_CMA_BCAST_MAX_BYTES",
     "spin_ns": "UNICCL_SHM_SPIN_NS",
     "yield_ns": "UNICCL_SHM_YIELD_NS",
 }
+
+_MAY_BE_NEGATIVE = ("cma_reduce_min_bytes", "cma_bcast_max_bytes")  # -1: never / no limit
 
 # Engines still open, closed at interpreter exit (the creator's close unlinks).
 _open_engines = weakref.WeakSet()
@@ -222,7 +228,7 @@ cdef class ShmEngine:
     same on every rank; 0 on an attaching rank takes the creator's), ``reduce_fn``
     the address of a ``uniccl_host_reduce_kernel`` (0: no reductions), ``timeout``
     seconds per call (0: none; dead peers are detected regardless).
-    Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``cma_reduce_min_bytes``,
+    Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``cma_reduce_min_bytes``, ``cma_bcast_max_bytes``,
     ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
     """
 
@@ -234,7 +240,7 @@ cdef class ShmEngine:
 
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
                  small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
-                 spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0):
+                 cma_bcast_max_bytes=None, spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0):
         cdef uc_shm_error err
         cdef uc_shm_tuning tuning
         cdef uintptr_t fn
@@ -249,17 +255,14 @@ cdef class ShmEngine:
         if reduce_fn >= 1 << 64:
             raise InvalidArgument("is not an address", op="open", argument="reduce_fn")
         given = dict(small_bytes=small_bytes, cma_min_bytes=cma_min_bytes, nt_min_bytes=nt_min_bytes,
-                     cma_reduce_min_bytes=cma_reduce_min_bytes, spin_ns=spin_ns, yield_ns=yield_ns)
+                     cma_reduce_min_bytes=cma_reduce_min_bytes, cma_bcast_max_bytes=cma_bcast_max_bytes,
+                     spin_ns=spin_ns, yield_ns=yield_ns)
         values = {}
         for key, env in _TUNING_ENV.items():
             value = given[key]
-            if value is None and os.environ.get(env):
-                try:
-                    value = int(os.environ[env], 0)
-                except ValueError:
-                    raise InvalidArgument(f"{env}={os.environ[env]!r} is not an integer", op="open",
-                                          argument=key) from None
-            if value is not None and (not _is_int(value) or (value < 0 and key != "cma_reduce_min_bytes")):
+            if value is None:
+                value = _env.get(env)  # the one parser of the variables (K/M/G, -1 where it means none)
+            if value is not None and (not _is_int(value) or (value < 0 and key not in _MAY_BE_NEGATIVE)):
                 raise InvalidArgument(f"must be an int >= 0, got {value!r}", op="open", argument=key)
             values[key] = value or 0
         tuning.small_bytes = values["small_bytes"]
@@ -268,6 +271,9 @@ cdef class ShmEngine:
         # -1 (any negative): never reduce with single-copy transfers
         tuning.cma_reduce_min_bytes = <size_t>-1 if values["cma_reduce_min_bytes"] < 0 else \
             values["cma_reduce_min_bytes"]
+        # -1 (any negative): broadcasts of any size read single-copy
+        tuning.cma_bcast_max_bytes = <size_t>-1 if values["cma_bcast_max_bytes"] < 0 else \
+            values["cma_bcast_max_bytes"]
         tuning.spin_ns = values["spin_ns"]
         tuning.yield_ns = values["yield_ns"]
         tuning.checksum = 1 if checksum else 0  # the creator's choice holds for every rank
@@ -388,6 +394,7 @@ cdef class ShmEngine:
         uc_shm_get_tuning(self._live("tuning"), &t, &slot_bytes)
         return {"slot_bytes": slot_bytes, "small_bytes": t.small_bytes, "cma_min_bytes": t.cma_min_bytes,
                 "cma_reduce_min_bytes": t.cma_reduce_min_bytes or -1, "nt_min_bytes": t.nt_min_bytes,
+                "cma_bcast_max_bytes": -1 if t.cma_bcast_max_bytes == <size_t>-1 else t.cma_bcast_max_bytes,
                 "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
 
     # ------------------------------------------------------------- collectives

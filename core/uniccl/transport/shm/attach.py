@@ -48,7 +48,15 @@ def shm_attach(comm, single_host: bool):
     # the engine's tuning, read here (the engine's own reading of them is for direct users)
     tuning = {
         key: _env.get(f"UNICCL_SHM_{key.upper()}")
-        for key in ("small_bytes", "cma_min_bytes", "nt_min_bytes", "cma_reduce_min_bytes", "spin_ns", "yield_ns")
+        for key in (
+            "small_bytes",
+            "cma_min_bytes",
+            "nt_min_bytes",
+            "cma_reduce_min_bytes",
+            "cma_bcast_max_bytes",
+            "spin_ns",
+            "yield_ns",
+        )
     }
     tuning["cma"] = _env.flag("UNICCL_SHM_CMA")
     timeout = comm.timeout
