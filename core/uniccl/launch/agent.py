@@ -170,7 +170,9 @@ class NodeJob:
     the rank variables (uniccl's and torch's); ``out`` receives the prefixed lines; ``say``
     the launcher's own messages (how a stop escalates).  ``escalate=False``: a request for
     the signal already sent is not a second Ctrl-C (the wrapper under mpiexec, which may get
-    one signal both from mpiexec and from the launcher's process group)."""
+    one signal both from mpiexec and from the launcher's process group).  ``recovery``
+    (``uniccl run --enable-recovery``): a rank that dies while others still run is reported
+    and left out (``lost``) instead of stopping the job; the job ends when the others do."""
 
     def __init__(
         self,
@@ -190,6 +192,7 @@ class NodeJob:
         grace: float = GRACE_S,
         say=None,
         escalate: bool = True,
+        recovery: bool = False,
     ):
         self.ranks, self.world_size, self.env = ranks, world_size, env
         self.argv = program_argv(argv, python)
@@ -204,6 +207,8 @@ class NodeJob:
         self._write_lock = threading.Lock()
         self.procs: list[_Rank] = []
         self.failure: dict | None = None
+        self.recovery = recovery
+        self.lost: list[dict] = []  # with recovery: the ranks that died while others ran
         self._reaper = None  # started with the first rank
 
     def start(self) -> None:
@@ -286,21 +291,49 @@ class NodeJob:
         }
 
     def check(self) -> str:
-        """ "running", "done" (every rank exited 0) or "failed" (``self.failure`` says who)."""
+        """ "running", "done" (every rank exited 0) or "failed" (``self.failure`` says who).
+        With recovery a rank that fails while others run is lost, not a failure; once all have
+        ended, a lost rank that exited with a code (rather than being killed by a signal) said
+        something went wrong, and the first such is the job's failure."""
         if self.failure:
             return "failed"
         codes = [(r, r.proc.poll()) for r in self.procs]
-        failed = [r for r, code in codes if code not in (None, 0)]
+        lost = {f["rank"] for f in self.lost}
+        failed = [r for r, code in codes if code not in (None, 0) and r.rank not in lost]
+        running = any(code is None for _, code in codes)
         if failed:
             for r in failed:
                 r.pump.join(1.0)  # its last lines belong in the report
+            if self.recovery and running:
+                for r in sorted(failed, key=lambda r: r.ended):
+                    self._lose(r)
+                return "running"
             # the first to go is the likely cause; the others often failed because it did
             r = min(failed, key=lambda r: r.ended)
             code = r.proc.returncode
             self.failure = self._record(r.rank, r.proc.pid, describe_exit(code), code)
             self.failure["last_lines"] = list(r.tail)
             return "failed"
-        return "running" if any(code is None for _, code in codes) else "done"
+        if running:
+            return "running"
+        said = [f for f in self.lost if f["code"] is not None and f["code"] > 0]
+        if said:
+            self.failure = dict(said[0], ended=True)
+            return "failed"
+        return "done"
+
+    def _lose(self, r: _Rank) -> None:
+        """Recovery: rank ``r`` died while others run; say so, with its last lines, and go on."""
+        code = r.proc.returncode
+        lost = self._record(r.rank, r.proc.pid, describe_exit(code), code)
+        self.lost.append(lost)
+        live = sum(p.proc.poll() is None for p in self.procs)
+        self.say(
+            f"rank {r.rank} on host {self.host}, pid {r.proc.pid} {lost['why']}; the job goes on without it "
+            f"(--enable-recovery: {live} rank{'s' * (live != 1)} still running)"
+        )
+        for line in list(r.tail)[-10:]:
+            self.say(f"    [{r.rank}] {line}")
 
     def request_stop(self, sig: int = signal.SIGTERM) -> None:
         """Ask the running job to stop by ``sig`` (SIGINT, SIGTERM or SIGKILL); safe from a
@@ -423,10 +456,12 @@ def _killpg(pid: int, sig: int) -> None:
 
 def failure_report(failure: dict, world_size: int, out=sys.stderr) -> None:
     pid = f", pid {failure['pid']}" if failure.get("pid") else ""
-    out.write(
-        f"uniccl run: rank {failure['rank']} on host {failure['host']}{pid} {failure['why']}; "
-        f"stopping the job ({world_size} ranks)\n"
+    then = (
+        "its status is the job's (--enable-recovery)"
+        if failure.get("ended")
+        else f"stopping the job ({world_size} ranks)"
     )
+    out.write(f"uniccl run: rank {failure['rank']} on host {failure['host']}{pid} {failure['why']}; {then}\n")
     lines = failure.get("last_lines") or []
     if lines:
         out.write(f"uniccl run: last {len(lines)} lines of rank {failure['rank']}:\n")

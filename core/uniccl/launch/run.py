@@ -12,7 +12,10 @@ Launchers:
 - ``auto``: ssh when hosts are given, slurm inside an allocation, else local.
 
 The first rank that fails stops the job: the launcher names the rank, host and
-exit code or signal, prints its last lines, and exits with its status.
+exit code or signal, prints its last lines, and exits with its status.  With
+``--enable-recovery`` (Open MPI's spelling; the local launcher) a rank that dies while others
+run is named the same way and left out: the others run on (they can ``comm.shrink()``), and
+the job's exit code is theirs.
 
 Signals, as mpiexec and torchrun do: Ctrl-C (SIGINT) reaches every rank as SIGINT; a second
 Ctrl-C, or ``--grace`` seconds (default 10) with a rank still alive, sends SIGTERM, and the
@@ -99,6 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
     p.add_argument(
+        "--enable-recovery",
+        action="store_true",
+        help="a rank that dies while others run does not stop the job: the others go on (and can "
+        "comm.shrink()); the job's exit code is theirs (local launcher)",
+    )
+    p.add_argument(
         "--platforms",
         metavar="P0,P1,...",
         help="platform of each rank (cycling), for mixed-vendor jobs: rank r gets UNICCL_PLATFORM=P[r %% len]",
@@ -168,11 +177,25 @@ def main(args) -> int:
         note = _agent.python_note(argv) if launcher != "ssh" else None  # (over ssh each node's agent says it)
         if note:
             say(note)
+        if args.enable_recovery and launcher != "local":
+            raise InvalidArgument(
+                f"the {launcher} launcher cannot keep a job going after a rank dies yet; "
+                "--enable-recovery needs the local launcher",
+                op="run",
+                argument="--enable-recovery",
+            )
         if launcher == "local":
             n = args.n or 1
             say(f"launcher local ({why}), {n} rank{'s' * (n > 1)}")
             return run_local(
-                n, argv, env, timeout=args.timeout, prefix=args.prefix, log_dir=args.log_dir, grace=args.grace
+                n,
+                argv,
+                env,
+                timeout=args.timeout,
+                prefix=args.prefix,
+                log_dir=args.log_dir,
+                grace=args.grace,
+                recovery=args.enable_recovery,
             )
         if launcher == "mpi":
             return run_mpi(args, nodes, argv, env, why)
@@ -192,7 +215,15 @@ def main(args) -> int:
 
 # ------------------------------------------------------------------ local
 def run_local(
-    n: int, argv: list[str], env: dict, *, timeout=None, prefix=True, log_dir=None, grace=_agent.GRACE_S
+    n: int,
+    argv: list[str],
+    env: dict,
+    *,
+    timeout=None,
+    prefix=True,
+    log_dir=None,
+    grace=_agent.GRACE_S,
+    recovery=False,
 ) -> int:
     rdv = Rendezvous("127.0.0.1", (timeout or 3600) + 60)
     job = _agent.NodeJob(
@@ -204,6 +235,7 @@ def run_local(
         log_dir=log_dir,
         grace=grace,
         say=say,
+        recovery=recovery,
     )
     caught = []
 
@@ -217,6 +249,9 @@ def run_local(
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+    if job.lost and state == "done":
+        gone = ", ".join(f"rank {f['rank']} ({f['why']})" for f in job.lost)
+        say(f"the job finished without {gone}: the other {n - len(job.lost)} ranks exited 0")
     return finish(state, job.failure, timeout, caught)
 
 
