@@ -475,7 +475,7 @@ cdef class FastPath:
         if not self._ready(comm):
             return MISS
         result = sendbuf if recvbuf is None else recvbuf
-        cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
+        cdef double t0 = _wall()  # one clock for the flight recorder and telemetry
         cdef Row *row = self._enqueue("all_reduce", t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -493,11 +493,7 @@ cdef class FastPath:
                     self._mismatched(sendbuf, recvbuf, op, seq)
             except UnicclError as exc:
                 self._failed(sendbuf, recvbuf, op, self._moved(row), seq, exc)
-            t1 = _wall()
-            if row != NULL:
-                row.t_end, row.state = t1, 2
-            if self.counting and self.ar_stat is not None:
-                self.ar_stat.add(self.ar_nbytes, _ns(t1 - t0))
+            self._completed(row, self.ar_stat, self.ar_nbytes, t0)
         finally:
             self.lock.give()
         self.served += 1
@@ -625,7 +621,7 @@ cdef class FastPath:
         the record agreed through the engine (more than one rank), then the library's
         function by address; a differing record goes to ``native.after_mismatch``."""
         comm = self.comm
-        cdef double t0 = _wall(), t1
+        cdef double t0 = _wall()
         cdef Row *row = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -663,15 +659,8 @@ cdef class FastPath:
                     if sh.n_sync is not None:  # no stream given: done on return, like the host path
                         sh.n_sync(None)
             except UnicclError as exc:
-                if comm._telemetry is not None:
-                    comm._telemetry.failure(name)
-                sh.plan.entry = self._moved(row)
-                raise _outcome.failed(comm, sh.plan, seq, comm.timeout, exc) from None
-            t1 = _wall()
-            if row != NULL:
-                row.t_end, row.state = t1, 2
-            if self.counting and sh.stat is not None:
-                sh.stat.add(sh.nbytes, _ns(t1 - t0))
+                self._raise_failed(name, sh.plan, row, seq, exc)
+            self._completed(row, sh.stat, sh.nbytes, t0)
         finally:
             self.lock.give()
         self.served += 1
@@ -684,7 +673,7 @@ cdef class FastPath:
             return self._run_native(sh, name, args)
         comm = self.comm
         plan = sh.plan
-        cdef double t0 = _wall(), t1  # one clock for the flight recorder and telemetry
+        cdef double t0 = _wall()  # one clock for the flight recorder and telemetry
         cdef Row *row = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -708,15 +697,8 @@ cdef class FastPath:
                         self.state.in_data = True
                         plan.shm(self.engine)
             except UnicclError as exc:
-                if comm._telemetry is not None:
-                    comm._telemetry.failure(name)
-                plan.entry = self._moved(row)
-                raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
-            t1 = _wall()
-            if row != NULL:
-                row.t_end, row.state = t1, 2
-            if self.counting and sh.stat is not None:
-                sh.stat.add(sh.nbytes, _ns(t1 - t0))
+                self._raise_failed(name, plan, row, seq, exc)
+            self._completed(row, sh.stat, sh.nbytes, t0)
         finally:
             self.lock.give()
         self.served += 1
@@ -741,6 +723,22 @@ cdef class FastPath:
         if row != NULL:
             row.seq, row.dtype, row.count, row.root = seq, dtype, count, root
         return seq
+
+    cdef inline void _completed(self, Row *row, Stat stat, uint64_t nbytes, double t0) noexcept:
+        """Under the lock, a served call done: its row completed, its telemetry counted."""
+        cdef double t1 = _wall()
+        if row != NULL:
+            row.t_end, row.state = t1, 2
+        if self.counting and stat is not None:
+            stat.add(nbytes, _ns(t1 - t0))
+
+    cdef int _raise_failed(self, str name, plan, Row *row, int64_t seq, exc) except -1:
+        """A served call failed: the general path's handling of the failure (it raises)."""
+        comm = self.comm
+        if comm._telemetry is not None:
+            comm._telemetry.failure(name)
+        plan.entry = self._moved(row)
+        raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
 
     cdef Row *_enqueue(self, str name, double t) except? NULL:
         """The flight recorder's row of this call, or NULL (recorder off)."""
