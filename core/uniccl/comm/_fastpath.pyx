@@ -572,6 +572,10 @@ cdef class FastPath:
         elif plan.run is not None:
             return None  # more than one engine call (AVG, an in-place all_to_all): the general path
         sh.plan = plan
+        return self._described(sh, name, plan)
+
+    cdef Shape _described(self, Shape sh, str name, plan):
+        """``sh`` with the record's fields and the telemetry bucket of ``plan``'s call."""
         sh.coll = _record.COLLECTIVES.index(name)
         sh.dtype, sh.count = plan.dtype, plan.count
         sh.op, sh.root = int(plan.op), plan.root
@@ -609,12 +613,7 @@ cdef class FastPath:
         sh.n_sync = comm._backend.stream_synchronize if n["stream"] is None else None
         sh.native_id = comm._native_id
         sh.choice = f"native:{native.name}"
-        sh.coll = _record.COLLECTIVES.index(name)
-        sh.dtype, sh.count = plan.dtype, plan.count
-        sh.op, sh.root = int(plan.op), plan.root
-        sh.nbytes = plan.nbytes
-        sh.stat = self.telemetry.stat(name, plan.nbytes) if self.telemetry is not None else None
-        return sh
+        return self._described(sh, name, plan)
 
     cdef object _run_native(self, Shape sh, str name, tuple args):
         """What the general path does for a native call (``native.route`` to ``run_native``):
