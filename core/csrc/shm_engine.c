@@ -63,8 +63,8 @@
 #define NREC UC_SHM_RECORD_WORDS
 #define NDTYPES 12
 #define NOPS 4                      /* SUM PROD MAX MIN */
-#define CHECK_NS 50000000ULL        /* health checks: after and every 50 ms of waiting */
-#define SLEEP_NS 20000000L          /* futex sleeps at most this long between checks */
+#define CHECK_NS 10000000ULL        /* health checks: after and every 10 ms of waiting */
+#define SLEEP_NS 10000000L          /* futex sleeps at most this long between checks */
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
 /* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers

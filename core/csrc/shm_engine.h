@@ -49,7 +49,7 @@ enum {
     UC_SHM_EMISMATCH, /* uc_shm_agreed: the ranks' records differ; nothing moved (engine usable) */
 };
 
-/* Called about every 50 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
+/* Called about every 10 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
 typedef int (*uc_shm_interrupt_fn)(void *ctx);
 
 typedef struct {
@@ -115,7 +115,7 @@ void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes);
 int uc_shm_fail(uc_shm *e, const char *op, const char *message);
 
 /* From any thread: peers fail at once ("rank r failed: <why>"), and a call waiting on
- * this engine returns UC_SHM_EABORTED within about 50 ms.  The engine stays unusable. */
+ * this engine returns UC_SHM_EABORTED within about 10-20 ms.  The engine stays unusable. */
 void uc_shm_abort(uc_shm *e, const char *why);
 
 /* Checksums: on?, regions that failed their check, copies made again. */

@@ -241,7 +241,7 @@ class Communicator(CommunicatorViews):
         """Give up on this communicator now, without waiting for anyone (any thread; idempotent).
 
         Never blocks on peers: a call hung on another thread ends with ``InvalidUsage``
-        within about 50 ms, every peer's waits on this communicator end at once with
+        within about 10-20 ms, every peer's waits on this communicator end at once with
         ``RemoteError`` naming this rank (shared memory: its abort record; TCP: a notice on
         each connection), the vendor library's communicator is aborted, shared memory is
         unmapped and, once every communicator over them is gone, sockets are closed.  The
@@ -268,7 +268,7 @@ class Communicator(CommunicatorViews):
                 logger.warning("aborting the %s communicator: %s", self._native.name, exc)
             self._native_comm = None
         self._executor.abandon()
-        deadline = time.monotonic() + 2.0  # the hung call notices the abort within ~50 ms
+        deadline = time.monotonic() + 2.0  # the hung call notices the abort within ~10-20 ms
         while self._engine is not None and time.monotonic() < deadline:
             try:
                 self._engine.close()

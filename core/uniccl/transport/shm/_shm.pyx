@@ -209,7 +209,7 @@ def _cma_env_allowed() -> bool:
 
 
 cdef int _interrupted(void *ctx) noexcept nogil:
-    """Called by a waiting collective about every 50 ms: run Python's signal handlers
+    """Called by a waiting collective about every 10 ms: run Python's signal handlers
     (Ctrl-C) so that a wait on a hung peer can be interrupted.  The exception they
     raise stays pending and is re-raised when the call returns."""
     with gil:
@@ -324,7 +324,7 @@ cdef class ShmEngine:
 
     def abort(self, why="aborted"):
         """From any thread: peers fail at once naming this rank, and a call waiting on this
-        engine (in another thread) returns within about 50 ms.  Close it afterwards."""
+        engine (in another thread) returns within about 10-20 ms.  Close it afterwards."""
         if self._e == NULL:
             return
         bwhy = str(why).encode()[:240]
