@@ -118,7 +118,7 @@ cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int t
 
 DEF MAX_ARGS = 4
 
-# NCCL's collective signatures (kit._plugin._NCCL_SHAPES): int status (send, recv, count,
+# NCCL's collective signatures (kit._ccl.SIGNATURES): int status (send, recv, count,
 # datatype, [op or root], [root], comm, stream)
 ctypedef int (*ccl_call7)(const void *, void *, size_t, int, int, void *, void *) noexcept nogil
 ctypedef int (*ccl_call8)(const void *, void *, size_t, int, int, int, void *, void *) noexcept nogil
@@ -317,6 +317,8 @@ cdef class Shape:
     cdef uintptr_t e_send, e_recv
     cdef size_t e_n
     cdef int e_dtype, e_op, e_root
+    cdef bint declined  # it matches, but cannot be served: a call of it takes the general path as is
+    cdef bint returned  # the call returned something: one of its arguments (result_index says which)
     # the native path's library call (device buffers): its arity (6, 7, 8), address, arguments
     cdef bint native
     cdef int n_arity, n_dtype, n_a, n_b  # n_a: the op (the root for broadcast), n_b: reduce's root
@@ -506,6 +508,8 @@ cdef class FastPath:
         cdef Shape sh = self.shapes.get(name)
         comm = self.comm
         if sh is not None and _matches(sh, args) and self._ready(comm):
+            if sh.declined:
+                return comm._call(name, planner, args, False, None, 1)
             return self._run(sh, name, args)
         result = comm._call(name, planner, args, False, None, 1)
         self.shapes.pop(name, None)
@@ -516,17 +520,27 @@ cdef class FastPath:
 
     cdef Shape shape(self, str name, planner, tuple args, result):
         """The shape of a call of ``name`` with these arguments that returned ``result`` (the
-        general path ran it, or agreed on it), or None when it cannot be served here."""
+        general path ran it, or agreed on it); None when its arguments cannot be matched here.
+        A shape that matches but cannot be served is ``declined``: a call of it takes the general
+        path without being planned again to be learnt."""
         cdef Shape sh = Shape.__new__(Shape)
-        cdef cnp.ndarray arr
-        cdef int i
         comm = self.comm
         if comm._hier is not None or comm._faults is not None or len(args) - 1 > MAX_ARGS:
             return None
+        if not self._arguments(sh, args, result):
+            return None
+        sh.declined = self._served(sh, name, planner, args) is None
+        return sh
+
+    cdef bint _arguments(self, Shape sh, tuple args, result):
+        """``sh``'s arguments, as ``_matches`` compares them; False for a kind it cannot match."""
+        cdef cnp.ndarray arr
+        cdef int i
         sh.n = len(args) - 1
         sh.scalars, sh.types = [None] * sh.n, [None] * sh.n
         sh.result_index = -1
-        device = False
+        sh.native = False
+        sh.returned = result is not None
         for i in range(sh.n):
             a = args[i + 1]
             if a is None:
@@ -540,29 +554,33 @@ cdef class FastPath:
                 sh.kind[i] = 2  # an op, a root, a flag (never a buffer of another kind)
                 sh.scalars[i] = a
             elif getattr(a, "is_cuda", None) is False:
-                return None  # a host tensor: asking for the interface would raise, costing more
+                return False  # a host tensor: asking for the interface would raise, costing more
             else:
                 try:
                     cai = a.__cuda_array_interface__
                 except Exception:
-                    return None  # another buffer kind (bytearray, DLPack only): the general path only
+                    return False  # another buffer kind (bytearray, DLPack only): the general path only
                 if type(cai) is not dict:
-                    return None
+                    return False
                 sh.kind[i], sh.types[i], sh.scalars[i] = 3, type(a), copy.deepcopy(cai)
-                device = True
+                sh.native = True
             if result is not None and result is a and sh.result_index < 0:
                 sh.result_index = i + 1
-        if result is not None and sh.result_index < 0:
-            return None
         sh.same01 = sh.n >= 2 and args[1] is args[2]
-        if device:
+        return True
+
+    cdef Shape _served(self, Shape sh, str name, planner, tuple args):
+        """``sh`` (its arguments filled in) completed with the plan it runs, or None when it
+        cannot be served here."""
+        if sh.result_index < 0 and sh.returned:
+            return None
+        if sh.native:
             return self._native_shape(sh, name, planner, args)
         if self.engine is None:
             return None  # (a FastPath of the native path alone: one rank)
         plan = planner(*args)  # the same checks as the call that just succeeded
         if plan.error is not None or plan.staged is not None or plan.p2p:
             return None
-        sh.native = False
         sh.has_engine = plan.engine is not None
         if sh.has_engine:
             sh.choice = self.tuner.choose(name, plan.nbytes)
@@ -593,9 +611,7 @@ cdef class FastPath:
         c_entry = getattr(native, "c_entry", None)
         if c_entry is None:
             return None
-        comm._staging.list = None
-        plan = planner(*args)  # the same checks (and pointer claims) as the call that just succeeded
-        plan.staged, comm._staging.list = comm._staging.list, None
+        plan = _routes.staged_plan(comm, planner, args)  # the same checks (and pointer claims) as the call's
         if plan.error is not None or not plan.staged or plan.p2p:
             return None
         n = _routes.native_path(comm, plan)
@@ -873,7 +889,8 @@ cdef class Persistent:
     def __init__(self, comm, str name, planner, tuple args, result):
         self.comm, self.name, self.planner, self.args = comm, name, planner, args
         self.fast = comm._fast
-        self.sh = None if self.fast is None else self.fast.shape(name, planner, args, result)
+        cdef Shape sh = None if self.fast is None else self.fast.shape(name, planner, args, result)
+        self.sh = sh if sh is not None and not sh.declined else None
         self.work = None
         self.freed = self.active = self.done = False
 

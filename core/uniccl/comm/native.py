@@ -127,13 +127,20 @@ def route(comm, plan: Plan, seq: int, native):
     return result
 
 
+def staged_plan(comm, planner, args: tuple) -> Plan:
+    """``planner(*args)`` with the device buffers it claimed as its ``staged`` list (what
+    ``Communicator._call`` does around the planner)."""
+    comm._staging.list = None
+    plan = planner(*args)
+    plan.staged, comm._staging.list = comm._staging.list, None
+    return plan
+
+
 def after_mismatch(comm, name: str, planner, args: tuple, seq: int):
     """A compiled native call (comm/_fastpath) whose records differed from a peer's (in
     ``comm._hdrs``): the general path's judgement, which raises, or finds a difference the
     call allows (a peer stages its buffers), and then :func:`route`, on a plan made afresh."""
-    comm._staging.list = None
-    plan = planner(*args)
-    plan.staged, comm._staging.list = comm._staging.list, None
+    plan = staged_plan(comm, planner, args)
     plan.args = args
     native = native_path(comm, plan)
     comm._in_data = False  # nothing moved: every rank judges the same records

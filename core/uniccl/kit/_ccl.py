@@ -53,29 +53,34 @@ class CclSpec:
         return CclLibrary.load(self)
 
 
+# every NCCL-class library's functions (without the prefix) and their argument types, all
+# returning an int status; the compiled call path calls those whose binding matches these by address
+SIGNATURES = {
+    "GetVersion": [POINTER(c_int)],
+    "GetUniqueId": [POINTER(_UniqueId)],
+    "CommInitRank": [POINTER(c_void_p), c_int, _UniqueId, c_int],
+    "CommDestroy": [c_void_p],
+    "CommAbort": [c_void_p],
+    "CommGetAsyncError": [c_void_p, POINTER(c_int)],
+    "AllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "Broadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "Reduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p, c_void_p],
+    "AllGather": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
+    "ReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "Send": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "Recv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "GroupStart": [],
+    "GroupEnd": [],
+}
+
+
 class CclLibrary(BoundLibrary):
     """The collective library, bound; the same call shapes for every NCCL-class library."""
 
     REQUIRED = ("GetUniqueId", "CommInitRank", "CommDestroy", "AllReduce")
 
     def signatures(self) -> dict:
-        return {
-            "GetVersion": [POINTER(c_int)],
-            "GetUniqueId": [POINTER(_UniqueId)],
-            "CommInitRank": [POINTER(c_void_p), c_int, _UniqueId, c_int],
-            "CommDestroy": [c_void_p],
-            "CommAbort": [c_void_p],
-            "CommGetAsyncError": [c_void_p, POINTER(c_int)],
-            "AllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "Broadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "Reduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p, c_void_p],
-            "AllGather": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
-            "ReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "Send": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "Recv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
-            "GroupStart": [],
-            "GroupEnd": [],
-        }
+        return dict(SIGNATURES)
 
     def check(self, status: int, name: str, op=None, rank=None) -> None:
         """Raise the typed error of a failed ``status`` returned by ``<prefix><name>``."""

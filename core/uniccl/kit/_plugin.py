@@ -19,6 +19,7 @@ import pluggy
 
 from .. import _env, hookspecs
 from .._errors import InvalidArgument, InvalidUsage, PlatformUnavailable
+from ._ccl import SIGNATURES
 from ._dl import ccl_conflict, find_library, note_ccl
 
 hookimpl = pluggy.HookimplMarker("uniccl")
@@ -66,22 +67,14 @@ class _Kernels:
         return self._scale(dst, src, count, dtype, divisor, stream)
 
 
-# the collectives the compiled path calls by address (comm/_fastpath), and the argument types
-# they must be bound with: NCCL's (send, recv, count, datatype, [op], [root], comm, stream)
+# the collectives the compiled path calls by address (comm/_fastpath), when they are bound
+# with NCCL's argument types (kit._ccl.SIGNATURES)
 _C_NAMES = {
     "all_reduce": "AllReduce",
     "broadcast": "Broadcast",
     "reduce": "Reduce",
     "all_gather": "AllGather",
     "reduce_scatter": "ReduceScatter",
-}
-_V, _S, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-_NCCL_SHAPES = {
-    "AllReduce": [_V, _V, _S, _I, _I, _V, _V],
-    "Broadcast": [_V, _V, _S, _I, _I, _V, _V],
-    "Reduce": [_V, _V, _S, _I, _I, _I, _V, _V],
-    "AllGather": [_V, _V, _S, _I, _V, _V],
-    "ReduceScatter": [_V, _V, _S, _I, _I, _V, _V],
 }
 
 
@@ -131,7 +124,7 @@ class NativeNccl:
         types, the vendor's codes for ``dtype`` and ``op``, and the status check; or None."""
         name = _C_NAMES.get(coll, "")
         fn = self.ccl._fns.get(name) if name else None
-        if fn is None or list(fn.argtypes) != _NCCL_SHAPES[name] or not hasattr(self.ccl, "check"):
+        if fn is None or list(fn.argtypes) != SIGNATURES[name] or not hasattr(self.ccl, "check"):
             return None  # another shape of call, or no status check to name a failure: run() takes it
         dt, vop = self.ccl.dtype(dtype), self.ccl.spec.ops.get(op, 0)
         if dt is None or vop is None:
