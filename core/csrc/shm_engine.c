@@ -1784,8 +1784,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
          * win from ~16 KiB per peer at 2 ranks and ~64-128 KiB at 4; streaming stores
          * only help once the output cannot stay in the last-level cache (32 MiB here;
          * sysconf's L3 size is not trustworthy in VMs); a broadcast of 32 MiB or more is
-         * faster through the pipelined slots than read by every peer at once (1.4-1.6x
-         * at 2 and 4 ranks from 32-128 MiB; equal or slower below). */
+         * faster through the pipelined slots than read by every peer at once (1.0-1.7x
+         * at 2 and 4 ranks from 32-256 MiB; equal or slower below: docs/performance.md). */
         h->small_bytes = t.small_bytes ? t.small_bytes : size <= 2 ? 4096 : 16384;
         h->cma_min_bytes = t.cma_min_bytes ? t.cma_min_bytes : size <= 2 ? 16384 : 65536;
         h->nt_min_bytes = t.nt_min_bytes ? t.nt_min_bytes : (32u << 20);
