@@ -130,7 +130,10 @@ def test_ddp_training_ends_where_gloo_does(n, tmp_path):
             timeout=240,
             env=dict(os.environ, PYTHONWARNINGS="ignore"),
         )
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        done = res.stdout.count("parameters equal on every rank") == n
+        if backend == "gloo" and done and "terminate called without an active exception" in res.stdout + res.stderr:
+            continue  # the reference's own teardown abort (gloo, at exit, seen once in CI): its results are in
+        assert res.returncode == 0 and done, res.stdout[-3000:] + res.stderr[-3000:]
     gloo = torch.load(tmp_path / "gloo-0.pt")
     mine0 = torch.load(tmp_path / "uniccl-0.pt")
     for r in range(n):

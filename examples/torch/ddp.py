@@ -52,4 +52,5 @@ for dtype in (torch.float64, torch.float32):
 if args.out:
     torch.save(final, f"{args.out}-{rank}.pt")
 print(f"rank {rank}/{size} backend {dist.get_backend()}: {args.steps} steps, parameters equal on every rank")
+dist.barrier()  # no rank tears its backend down while a peer's last messages are still on the way
 dist.destroy_process_group()
