@@ -68,9 +68,19 @@
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
 /* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers
- * report a timeout too (naming the same ranks), not a remote failure */
-enum { ABORT_NONE = 0, ABORT_FAILED = 1, ABORT_DEAD = 2, ABORT_CLOSED = 3, ABORT_TIMEOUT = 4 };
-#define MAX_MISSING 64 /* ranks a timeout can name to its peers */
+ * report a timeout too (naming the same ranks), not a remote failure.  ABORT_REVOKED: this rank
+ * revoked the communicator (uc_shm_revoke): every call of every rank fails, the engine stays
+ * mapped and closes as usual, and no peer echoes it (each reads the revoker's own record). */
+enum {
+    ABORT_NONE = 0,
+    ABORT_FAILED = 1,
+    ABORT_DEAD = 2,
+    ABORT_CLOSED = 3,
+    ABORT_TIMEOUT = 4,
+    ABORT_REVOKED = 5
+};
+enum { REQUEST_ABORT = 1, REQUEST_REVOKE = 2 }; /* abort_requested: what this rank asked for */
+#define MAX_MISSING 64                          /* ranks a timeout can name to its peers */
 
 static const size_t ITEMSIZE[NDTYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 2, 2};
 
@@ -141,7 +151,7 @@ struct uc_shm {
     int64_t *rec_out;      /* ... and where every rank's record goes */
     int arriving;          /* in the rendezvous that starts a call: a timeout there means "never came" */
     _Atomic int busy;
-    _Atomic int abort_requested; /* uc_shm_abort: the running call gives up */
+    _Atomic int abort_requested; /* REQUEST_*: uc_shm_abort / uc_shm_revoke: the running call gives up */
     int broken;
     int used_nt;
     const char *op;
@@ -406,6 +416,11 @@ static int next_pending(uc_shm *e, size_t off, uint64_t target, int only, int fr
 static int remote_abort(uc_shm *e, int p) {
     uc_ctrl *c = &e->ctrl[p];
     int code = atomic_load_explicit(&c->abort_code, memory_order_acquire);
+    if (code == ABORT_REVOKED) { /* not fatal here: the engine is left as it is, for close */
+        set_err(&e->err, UC_SHM_EREVOKED, e->op, "%s", c->abort_text);
+        e->err.remote_rank = c->abort_rank;
+        return UC_SHM_EREVOKED;
+    }
     if (code == ABORT_TIMEOUT) { /* the same verdict here: a timeout, naming the same ranks */
         int k = c->abort_nmissing < e->size ? c->abort_nmissing : e->size;
         for (int i = 0; i < k; i++)
@@ -446,17 +461,35 @@ static const char *awaited(uc_shm *e, size_t off, uint64_t target) {
     return buf;
 }
 
-static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64_t t) {
-    if (atomic_load_explicit(&e->abort_requested, memory_order_acquire)) { /* before the peers' verdicts:
-                                                                              they may echo this abort */
-        set_err(&e->err, UC_SHM_EABORTED, e->op,
-                "the call was stopped: the communicator was aborted on rank %d", e->rank);
+/* This rank's own abort or revoke (from any thread), as the error of the call `op`; 0: neither. */
+static int requested(uc_shm *e, const char *op) {
+    int req = atomic_load_explicit(&e->abort_requested, memory_order_acquire);
+    if (req == REQUEST_REVOKE) {
+        set_err(&e->err, UC_SHM_EREVOKED, op, "%s", e->ctrl[e->rank].abort_text);
+        e->err.remote_rank = e->rank;
+        return UC_SHM_EREVOKED;
+    }
+    if (req == REQUEST_ABORT) {
+        set_err(&e->err, UC_SHM_EABORTED, op, "the call was stopped: the communicator was aborted on rank %d",
+                e->rank);
         return UC_SHM_EABORTED;
     }
+    return 0;
+}
+
+/* A peer's published verdict that ends this rank's calls (not ABORT_CLOSED: that matters only
+ * to a call waiting for that peer). */
+static int ends_calls(int code) {
+    return code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT || code == ABORT_REVOKED;
+}
+
+static int check_health(uc_shm *e, size_t off, uint64_t target, int only, uint64_t t) {
+    int rc = requested(e, e->op); /* before the peers' verdicts: they may echo this abort */
+    if (rc) return rc;
     for (int p = 0; p < e->size; p++) {
         if (p == e->rank) continue;
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_acquire);
-        if (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT) return remote_abort(e, p);
+        if (ends_calls(code)) return remote_abort(e, p);
     }
     for (int q = next_pending(e, off, target, only, 0); q >= 0;
          q = next_pending(e, off, target, only, q + 1)) {
@@ -751,10 +784,10 @@ static int begin(uc_shm *e, const char *op) {
         atomic_store(&e->busy, 0);
         return UC_SHM_EBROKEN;
     }
-    if (atomic_load_explicit(&e->abort_requested, memory_order_acquire)) {
-        set_err(&e->err, UC_SHM_EABORTED, op, "the communicator was aborted on rank %d", e->rank);
+    int asked = requested(e, op);
+    if (asked) {
         atomic_store(&e->busy, 0);
-        return UC_SHM_EABORTED;
+        return asked;
     }
     if (e->broken) {
         set_err(&e->err, UC_SHM_EBROKEN, op,
@@ -766,7 +799,7 @@ static int begin(uc_shm *e, const char *op) {
     e->g_call = e->g;
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
-        if (p != e->rank && (code == ABORT_FAILED || code == ABORT_DEAD || code == ABORT_TIMEOUT)) {
+        if (p != e->rank && ends_calls(code)) {
             atomic_thread_fence(memory_order_acquire);
             int rc = remote_abort(e, p);
             atomic_store(&e->busy, 0);
@@ -1936,8 +1969,20 @@ int uc_shm_fail(uc_shm *e, const char *op, const char *message) {
 
 void uc_shm_abort(uc_shm *e, const char *why) {
     if (e->owner_pid != (long)getpid()) return; /* a forked child's abort must never end its parent's job */
-    atomic_store_explicit(&e->abort_requested, 1, memory_order_release);
+    atomic_store_explicit(&e->abort_requested, REQUEST_ABORT, memory_order_release);
     publish_abort(e, ABORT_FAILED, e->rank, (long)getpid(), why);
+}
+
+void uc_shm_revoke(uc_shm *e, const char *why) {
+    if (e->owner_pid != (long)getpid()) return; /* (as uc_shm_abort) */
+    uc_ctrl *me = &e->ctrl[e->rank];
+    if (atomic_load_explicit(&me->abort_code, memory_order_acquire) != ABORT_NONE ||
+        atomic_load_explicit(&e->abort_requested, memory_order_acquire))
+        return; /* failed, aborted or revoked already: that verdict stands */
+    publish_abort(e, ABORT_REVOKED, e->rank, (long)getpid(), why); /* the text first: requested() reads it */
+    int none = 0;
+    if (atomic_load_explicit(&me->abort_code, memory_order_acquire) == ABORT_REVOKED)
+        atomic_compare_exchange_strong(&e->abort_requested, &none, REQUEST_REVOKE);
 }
 
 int uc_shm_set_timeout(uc_shm *e, double timeout) {

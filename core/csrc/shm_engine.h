@@ -47,6 +47,7 @@ enum {
     UC_SHM_EABORTED,  /* uc_shm_abort was called on this rank (maybe from another thread) */
     UC_SHM_ECORRUPT,  /* data from remote_rank failed its checksum (checksums on) */
     UC_SHM_EMISMATCH, /* uc_shm_agreed: the ranks' records differ; nothing moved (engine usable) */
+    UC_SHM_EREVOKED,  /* the communicator was revoked on remote_rank (uc_shm_revoke; maybe this rank) */
 };
 
 /* Called about every 10 ms while a call waits; nonzero stops the call with UC_SHM_EINTR. */
@@ -117,6 +118,11 @@ int uc_shm_fail(uc_shm *e, const char *op, const char *message);
 /* From any thread: peers fail at once ("rank r failed: <why>"), and a call waiting on
  * this engine returns UC_SHM_EABORTED within about 10-20 ms.  The engine stays unusable. */
 void uc_shm_abort(uc_shm *e, const char *why);
+
+/* From any thread: every later or waiting call of every rank returns UC_SHM_EREVOKED with
+ * `why` (within about 10-20 ms), remote_rank naming this rank; close works as usual.  A no-op
+ * once this rank's engine failed, was aborted or was revoked. */
+void uc_shm_revoke(uc_shm *e, const char *why);
 
 /* Checksums: on?, regions that failed their check, copies made again. */
 void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies);

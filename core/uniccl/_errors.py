@@ -60,6 +60,12 @@ class RemoteError(UnicclError, RuntimeError):
     names the exception it raised there."""
 
 
+class Revoked(UnicclError, RuntimeError):
+    """The communicator was revoked (``Communicator.revoke``): every call on it, in flight or
+    later, on every rank, raises this; ``remote_rank`` names the rank that revoked it (maybe this
+    one), the message its reason.  ``shrink()``, ``split()`` and ``destroy()`` still work."""
+
+
 class Timeout(UnicclError, TimeoutError):
     """An operation did not complete in time."""
 
@@ -83,6 +89,7 @@ for _cls in (
     InvalidUsage,
     PlatformUnavailable,
     RemoteError,
+    Revoked,
     Timeout,
     InternalError,
     VendorError,

@@ -231,6 +231,7 @@ cdef class CallState:
     cdef public long long seq  # the next call's number
     cdef public bint in_data  # the running call is past its agreement
     cdef public bint destroyed
+    cdef public bint revoked  # every call raises Revoked (Communicator.revoke, here or on a peer)
 
 
 cdef class CallLock:
@@ -422,7 +423,8 @@ cdef class FastPath:
 
     cdef bint _ready(self, object comm):
         """The communicator is in the state the general path took its route in."""
-        if self.state.destroyed or comm._tracer is not None or _fork_generation != self.fork_generation:
+        if (self.state.destroyed or self.state.revoked or comm._tracer is not None
+                or _fork_generation != self.fork_generation):
             return False
         if _group._open or self.executor._queue or self.executor._busy:
             return False
@@ -732,6 +734,8 @@ cdef class FastPath:
         cdef int64_t seq
         if st.destroyed:
             raise InvalidUsage("the communicator was destroyed", op=name, rank=self.rank)
+        if st.revoked:  # revoked since _ready, from another thread
+            raise comm._revoked_error(name)
         seq = st.seq
         st.seq = seq + 1
         st.in_data = False

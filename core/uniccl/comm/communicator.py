@@ -25,7 +25,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from .. import _env
-from .._errors import InvalidArgument, InvalidUsage, UnicclError
+from .._errors import InvalidArgument, InvalidUsage, Revoked, UnicclError
 from .._plugins import manager
 from .._types import MemcpyKind
 from ..observability import flight as _fl
@@ -174,6 +174,7 @@ class Communicator(CommunicatorViews):
             self._tuner.transport_why,
         )
         self._pid = os.getpid()
+        self._revoked: tuple[int | None, str] | None = None  # (the rank that revoked it, its words)
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
         self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
@@ -186,6 +187,7 @@ class Communicator(CommunicatorViews):
         mesh = self._t.mesh  # TCP's connections (None under MPI)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message
+        self._t.watch_revoke(self._told_revoked)  # TCP: a peer's revoke is heard even while no call runs
         if self._engine is not None and self._tracer is not None:
             self._engine.trace(1 << 16)  # spans per transfer with each peer, taken after each call
         ids = self._rank_native_ids
@@ -260,13 +262,7 @@ class Communicator(CommunicatorViews):
             self._engine.abort(why)
         # with can_abort (TCP) the peers say "rank r (host, pid) aborted the communicator: <reason>"
         self._t.abort(reason)
-        if self._native_comm is not None:
-            assert self._native is not None  # it made the communicator
-            try:
-                self._native.abort(self._native_comm)
-            except UnicclError as exc:
-                logger.warning("aborting the %s communicator: %s", self._native.name, exc)
-            self._native_comm = None
+        self._abort_native()
         self._executor.abandon()
         deadline = time.monotonic() + 2.0  # the hung call notices the abort within ~10-20 ms
         while self._engine is not None and time.monotonic() < deadline:
@@ -280,9 +276,63 @@ class Communicator(CommunicatorViews):
             if sub is not None:
                 sub.abort(reason)
 
+    def revoke(self, reason: str = "") -> None:
+        """End every call on this communicator, in flight or later, on every rank, with
+        ``uniccl.Revoked`` naming this rank and ``reason`` (any thread; never blocks on peers;
+        idempotent).  NCCL's ``ncclCommRevoke``: unlike :meth:`abort` the communicator keeps its
+        resources, so that :meth:`shrink`, :meth:`split` and :meth:`destroy` still work on it (on
+        every rank).  Peers hear of it at once over shared memory and TCP (their waits end within
+        about 10-20 ms, and a vendor communicator of theirs is aborted even while no call runs);
+        over MPI without a shared-memory engine, only when they next call."""
+        self._owned("revoke")
+        if self._destroyed or self._revoked is not None:
+            return
+        text = f"rank {self.rank} revoked the communicator" + (f": {reason}" if reason else "")
+        logger.warning("%s", text)
+        self._revoked = (self.rank, text)
+        self._state.revoked = True  # no new call starts; the compiled path hands every call over
+        if self._engine is not None:
+            self._engine.revoke(text)  # waits on this engine end, here and on every peer
+        self._t.revoke(text)  # TCP: a notice to every member
+        self._abort_native()
+        for sub in self._hier or ():
+            if sub is not None:
+                sub.revoke(reason)
+
+    def _told_revoked(self, peer: int, text: str) -> None:
+        """The mesh's reader thread heard that job rank ``peer`` revoked this communicator."""
+        if peer in self._t.members:
+            self._learn_revoked(self._t.members.index(peer), text)
+
+    def _learn_revoked(self, by: int | None, text: str) -> None:
+        """Rank ``by`` revoked this communicator (told by the mesh, or by a call's Revoked)."""
+        if self._revoked is None and not self._destroyed:
+            self._revoked = (by, text)
+            self._state.revoked = True
+            self._abort_native()  # a vendor call waiting for the revoker would never end otherwise
+
+    def _abort_native(self) -> None:
+        """Abort the vendor library's communicator (revoke: ours stays)."""
+        native, handle = self._native, self._native_comm
+        if handle is None:
+            return
+        self._native_comm = None
+        assert native is not None  # it made the communicator
+        try:
+            native.abort(handle)
+        except UnicclError as exc:
+            logger.warning("aborting the %s communicator: %s", native.name, exc)
+
+    def _revoked_error(self, op: str) -> Revoked:
+        assert self._revoked is not None
+        by, text = self._revoked
+        return Revoked(text, op=op, rank=self.rank, remote_rank=by)
+
     def _alive(self, op: str) -> None:
         if self._destroyed:
             raise InvalidUsage("the communicator was destroyed", op=op, rank=self.rank)
+        if self._state.revoked:
+            raise self._revoked_error(op)
         self._owned(op)
 
     def _owned(self, op: str) -> None:
@@ -339,8 +389,11 @@ class Communicator(CommunicatorViews):
     # ---------------------------------------------------------------- structure
     def split(self, color: int, key: int = 0) -> Communicator | None:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``
-        then rank; ``color=uniccl.UNDEFINED`` gives None.  Collective."""
-        self._alive("split")
+        then rank; ``color=uniccl.UNDEFINED`` gives None.  Collective; works on a revoked
+        communicator (every member must call it)."""
+        self._owned("split")
+        if self._destroyed:
+            raise InvalidUsage("the communicator was destroyed", op="split", rank=self.rank)
         for name, value in (("color", color), ("key", key)):
             if isinstance(value, bool) or not isinstance(value, int) or (name == "color" and value < UNDEFINED):
                 raise InvalidArgument(
@@ -440,6 +493,8 @@ class Communicator(CommunicatorViews):
         with self._lock:
             if self._destroyed:
                 raise InvalidUsage("the communicator was destroyed", op=plan.name, rank=self.rank)
+            if self._state.revoked:  # (queued before the revoke)
+                raise self._revoked_error(plan.name)
             timeout = self.timeout if plan.timeout is None else plan.timeout
             if timeout != self._timeout_set:
                 self._set_timeout(timeout)

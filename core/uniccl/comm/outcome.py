@@ -7,7 +7,7 @@ and by a group's point-to-point transfers (:mod:`.group`); the functions take th
 
 from __future__ import annotations
 
-from .._errors import InvalidArgument, RemoteError, Timeout, UnicclError
+from .._errors import InvalidArgument, RemoteError, Revoked, Timeout, UnicclError
 from ..observability import flight as _fl
 from ..observability.log import logger
 from ..transport.mpi import abort_at_exit
@@ -65,7 +65,9 @@ def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
     else:
         if exc.op in (None, "agree") or exc.rank is None:  # the engine's or transport's words: name the call
             exc = type(exc)(exc.message, op=plan.name, rank=comm.rank, argument=exc.argument, **exc.extra)
-        if (
+        if isinstance(exc, Revoked):
+            comm._learn_revoked(exc.extra.get("remote_rank"), exc.message)  # later calls raise it at once
+        elif (
             comm._t.can_abort
             and isinstance(exc, RemoteError)
             and exc.extra.get("remote_rank") is not None

@@ -117,6 +117,16 @@ class Transport(abc.ABC):
         """End this communicator's waits here and, with ``can_abort``, on every member at once."""
         return None  # without can_abort: nothing to tell the peers
 
+    def revoke(self, text: str) -> None:
+        """Every member's calls end with ``Revoked`` saying ``text``, with ``can_abort`` at once;
+        the connections stay for split, shrink and destroy."""
+        return None  # without can_abort: the peers learn it from the engine, or not at all
+
+    def watch_revoke(self, hook: Callable[[int, str], object]) -> None:
+        """With ``can_abort``: ``hook(peer, text)`` (``peer`` in ``members``) is called from another
+        thread as soon as a member's revoke is heard, even while no call runs (held weakly)."""
+        return None  # without can_abort: a revoke is learnt from a call's error
+
     def fail(self, reason: str, missing) -> None:
         """After a timeout, with ``can_abort``: every member's waits end with a Timeout naming
         ``missing`` (this communicator's ranks)."""
@@ -153,3 +163,5 @@ class CollectiveEngine(Protocol):
     def all_reduce(self, send: int, recv: int, count: int, dtype: int, op: int) -> None: ...
 
     def close(self) -> None: ...
+
+    def revoke(self, why: str) -> None: ...

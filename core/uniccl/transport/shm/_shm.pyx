@@ -33,7 +33,7 @@ import os
 import weakref
 
 from uniccl import _env
-from uniccl._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from uniccl._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Revoked, Timeout
 
 cnp.import_array()
 
@@ -61,6 +61,7 @@ cdef extern from "shm_engine.h" nogil:
         UC_SHM_EABORTED
         UC_SHM_ECORRUPT
         UC_SHM_EMISMATCH
+        UC_SHM_EREVOKED
     ctypedef int (*uc_shm_interrupt_fn)(void *ctx) noexcept
     ctypedef struct uc_shm_error:
         int code
@@ -94,6 +95,7 @@ cdef extern from "shm_engine.h" nogil:
     void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
     int uc_shm_fail(uc_shm *e, const char *op, const char *message)
     void uc_shm_abort(uc_shm *e, const char *why)
+    void uc_shm_revoke(uc_shm *e, const char *why)
     void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies)
     int uc_shm_set_timeout(uc_shm *e, double timeout)
     ctypedef struct uc_shm_event:
@@ -329,6 +331,14 @@ cdef class ShmEngine:
             return
         bwhy = str(why).encode()[:240]
         uc_shm_abort(self._e, bwhy)
+
+    def revoke(self, why="revoked"):
+        """From any thread: every later or waiting call of every rank raises ``Revoked`` with
+        ``why`` (within about 10-20 ms); the engine stays mapped, to be closed as usual."""
+        if self._e == NULL:
+            return
+        bwhy = str(why).encode()[:240]
+        uc_shm_revoke(self._e, bwhy)
 
     def set_timeout(self, timeout):
         """Seconds each later call may wait (0: forever; dead peers are detected regardless)."""
@@ -675,6 +685,8 @@ cdef int _raise_error(const uc_shm_error *err, int rank) except -1:
         raise InternalError(msg, op=op, rank=rank, remote_rank=err.remote_rank, corrupt=True)
     if code == UC_SHM_EABORTED:
         raise InvalidUsage(msg, op=op, rank=rank, aborted=True)
+    if code == UC_SHM_EREVOKED:
+        raise Revoked(msg, op=op, rank=rank, remote_rank=err.remote_rank)
     if code == UC_SHM_ESYS:
         raise InternalError(msg, op=op, rank=rank, errno=err.sys_errno)
     raise InternalError(msg, op=op, rank=rank)

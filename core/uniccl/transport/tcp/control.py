@@ -11,7 +11,7 @@ import json
 import os
 import time
 
-from ..._errors import InvalidUsage, RemoteError, Timeout
+from ..._errors import InvalidUsage, RemoteError, Revoked, Timeout, UnicclError
 from .base import _Flushed, _MeshBase
 from .wire import (
     _ABORT_TAG,
@@ -195,6 +195,8 @@ class _Control(_MeshBase):
             kind, text, missing = "abort", bytes(raw).decode(errors="replace"), []
         if kind == "timeout":
             return Timeout(text, rank=self.rank, missing_ranks=missing, remote_rank=peer)
+        if kind == "revoke":
+            return Revoked(text, rank=self.rank, remote_rank=peer)
         if kind == "died" and missing:  # the peer saw rank missing[0] die: so it is for us too
             return RemoteError(
                 f"{text} (seen by rank {peer})", rank=self.rank, remote_rank=missing[0], remote_type="died"
@@ -209,12 +211,15 @@ class _Control(_MeshBase):
     def abort(self, ctx: int, members: list, reason: str, kind: str = "abort", missing=()) -> None:
         """This rank gives up on the communicator of ``ctx``: its own waits end at once and
         every member is told, so that theirs end too (never waits for anyone).  ``kind``
-        "timeout": peers raise Timeout naming ``missing`` (job ranks) instead."""
-        mine = (
-            Timeout(reason, rank=self.rank, missing_ranks=list(missing))
-            if kind == "timeout"
-            else InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True)
-        )
+        "timeout": peers raise Timeout naming ``missing`` (job ranks) instead; "revoke": every
+        member raises Revoked with ``reason``, and the connections stay."""
+        mine: UnicclError
+        if kind == "timeout":
+            mine = Timeout(reason, rank=self.rank, missing_ranks=list(missing))
+        elif kind == "revoke":  # ``reason``: the revoker's own words, naming it in its communicator
+            mine = Revoked(reason, rank=self.rank, remote_rank=self.rank)
+        else:
+            mine = InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True)
         self._abort_local(self.rank, ctx, mine)
         with self._lock:
             if ctx & ~3 in self._notified:

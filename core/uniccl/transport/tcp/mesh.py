@@ -22,8 +22,9 @@ import time
 import weakref
 
 from ... import _env, _threads
-from ..._errors import InternalError, RemoteError, Timeout
+from ..._errors import InternalError, RemoteError, Revoked, Timeout
 from ...bootstrap.rendezvous import bind_address, rendezvous
+from ...observability.log import logger
 from ...reliability.timeout import default_timeout
 from ..net import host_key, route_address
 from ..record import RECORD_BYTES
@@ -97,6 +98,8 @@ class Mesh(_Sender, _Integrity, _Control):
         self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
         self._dead: dict = {}  # peer -> reason
         self._aborted: dict = {}  # context base -> error: that communicator was aborted (here or by a peer)
+        # context base -> weakref to f(peer, text): told (by the reader thread) when peer revokes it
+        self.on_revoke: dict = {}
         self._notified: set = set()  # context bases whose members this rank has told why it gave up
         self._tl = threading.local()  # per-thread wait limit (the call running on that thread)
         self._expect: dict = {}  # data context -> (data tag, record) of the call running there
@@ -269,7 +272,10 @@ class Mesh(_Sender, _Integrity, _Control):
                 if tag == _ABORT_TAG:
                     raw = bytearray(n)
                     _recv_into(sock, memoryview(raw))
-                    self._abort_local(peer, ctx, self._notice_error(peer, raw))
+                    told = self._notice_error(peer, raw)
+                    self._abort_local(peer, ctx, told)
+                    if isinstance(told, Revoked):
+                        self._revoked(peer, ctx, told.message)
                     continue
                 if tag in _ASKED:
                     raw = bytearray(n)
@@ -315,6 +321,16 @@ class Mesh(_Sender, _Integrity, _Control):
                         self._answer_sync(peer)
         except (OSError, ConnectionError) as exc:
             self._peer_lost(peer, exc, rx.current)
+
+    def _revoked(self, peer: int, ctx: int, text: str) -> None:
+        """Tell the communicator of ``ctx`` that ``peer`` revoked it (it may be gone)."""
+        ref = self.on_revoke.get(ctx & ~3)
+        hook = ref() if ref is not None else None
+        if hook is not None:
+            try:
+                hook(peer, text)
+            except Exception:  # never the reader's end: it serves every communicator
+                logger.exception("rank %d: handling rank %d's revoke", self.rank, peer)
 
     def _received(self, peer: int, ctx: int, tag: int, n: int, t0: int, t1: int) -> None:
         """Telemetry and trace of one message read from ``peer`` (reader thread)."""

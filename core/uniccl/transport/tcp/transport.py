@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import pickle
 import time
+import weakref
 from collections.abc import Callable
 from typing import cast
 
 import numpy as np
 
-from ..._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout
+from ..._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Revoked, Timeout
 from ..base import Transport
 from ..record import RECORD_BYTES
 from .base import _SENT, _Flushed, _Recv
@@ -71,6 +72,14 @@ class TCPTransport(Transport):
         if self.mesh.live <= 0:
             self.mesh.close()
 
+    def revoke(self, text: str) -> None:
+        """Every member's calls on this communicator end now with ``Revoked`` saying ``text``; the
+        connections stay (split, shrink and destroy use contexts of their own)."""
+        self.mesh.abort(self.ctx, self.members, text, "revoke")
+
+    def watch_revoke(self, hook) -> None:
+        self.mesh.on_revoke[self.ctx & ~3] = weakref.WeakMethod(hook)
+
     def fail(self, reason: str, missing) -> None:
         """After a timeout: this communicator is finished here; every member's waits end now
         with a Timeout naming the same ranks (``missing``: this communicator's ranks)."""
@@ -123,7 +132,7 @@ class TCPTransport(Transport):
         except Timeout as exc:  # this rank's own (a peer's verdict, told to it, names the ranks already)
             own = self.active and exc.extra.get("remote_rank") is None
             raise (self._missing(exc) if own else self._local(exc)) from None
-        except RemoteError as exc:
+        except (RemoteError, Revoked) as exc:
             raise self._local(exc) from None
         if self.active and req is not _SENT:  # data is used only once its stamp matches (see announce)
             stamp = req.stamp
@@ -144,7 +153,7 @@ class TCPTransport(Transport):
             self.mesh.wait(req)
         except Timeout as exc:
             raise self._local(exc) from None
-        except RemoteError as exc:
+        except (RemoteError, Revoked) as exc:
             raise RemoteError(exc.message, op=op, rank=rank, remote_rank=peer, remote_type="ConnectionError") from None
         if req is not _SENT and req.truncated:
             raise InvalidArgument(
@@ -193,7 +202,7 @@ class TCPTransport(Transport):
                     self._mismatch()
                 except Timeout as exc:
                     raise self._not_arrived(self._recs, exc=exc) from None
-                except RemoteError as exc:
+                except (RemoteError, Revoked) as exc:
                     raise self._local(exc) from None
                 if req.data != self._full:
                     self._mismatch()
@@ -270,7 +279,7 @@ class TCPTransport(Transport):
                     self.mesh.wait(req)
                 except Timeout as exc:
                     raise self._not_arrived(reqs, "to report their call", exc) from None
-                except RemoteError as exc:
+                except (RemoteError, Revoked) as exc:
                     raise self._local(exc) from None
         return [self._full if req is None else req.data for req in reqs]
 
@@ -286,7 +295,7 @@ class TCPTransport(Transport):
                 continue
             try:  # each peer's marker: its reader dropped what came before it
                 self.mesh.wait(req)
-            except (Timeout, RemoteError) as exc:
+            except (Timeout, RemoteError, Revoked) as exc:
                 raise self._local(exc) from None
         self.mesh.end(dctx, tag)
 
@@ -295,9 +304,10 @@ class TCPTransport(Transport):
         self._ctrl_seq += 1
         return _CTRL_TAG_BASE + self._ctrl_seq % _CTRL_TAG_BASE
 
-    def _exchange(self, payloads: dict, sources) -> dict:
-        """Send ``payloads[peer]`` (bytes) to each peer, return {source: bytes}."""
-        tag, ctx = self._ctrl_tag(), self.ctx + CTRL
+    def _exchange(self, payloads: dict, sources, ctx: int | None = None) -> dict:
+        """Send ``payloads[peer]`` (bytes) to each peer, return {source: bytes} (``ctx``: a
+        control context other than this communicator's)."""
+        tag, ctx = self._ctrl_tag(), self.ctx + CTRL if ctx is None else ctx
         reqs = {src: self.mesh.post(self.members[src], ctx, tag, None, 0) for src in sources}
         try:
             for peer, data in payloads.items():
@@ -317,10 +327,12 @@ class TCPTransport(Transport):
             return obj
         return pickle.loads(self._exchange({}, (root,))[root])
 
-    def allgather_obj(self, obj) -> list:
+    def allgather_obj(self, obj, ctx: int | None = None) -> list:
         data = pickle.dumps(obj)
         got = self._exchange(
-            {p: data for p in range(self.size) if p != self.rank}, [p for p in range(self.size) if p != self.rank]
+            {p: data for p in range(self.size) if p != self.rank},
+            [p for p in range(self.size) if p != self.rank],
+            ctx,
         )
         return [obj if p == self.rank else pickle.loads(got[p]) for p in range(self.size)]
 
@@ -335,8 +347,9 @@ class TCPTransport(Transport):
             out[p] = np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
 
     def split(self, color: int, key: int) -> TCPTransport | None:
-        """Ranks of one ``color`` ordered by (key, rank); UNDEFINED (-1) gets None."""
-        pairs = self.allgather_obj((color, key))
+        """Ranks of one ``color`` ordered by (key, rank); UNDEFINED (-1) gets None.  The colors
+        go over a context of the split's own, so that a revoked communicator can still split."""
+        pairs = self.allgather_obj((color, key), derive_context(self.ctx, self._splits + 1, -3) + CTRL)
         self._splits += 1
         if color < 0:
             return None
