@@ -157,6 +157,7 @@ class _Server:
         self.timeout = timeout
         self.size = None
         self.ranks: dict[int, _Conn] = {}  # rank -> its authenticated connection
+        self.spoilt: str | None = None  # a proved rank passed another size: every rank is told this
         self.sel = selectors.DefaultSelector()
 
     def serve(self) -> None:
@@ -174,6 +175,9 @@ class _Server:
         self.sock.setblocking(False)
         self.sel.register(self.sock, selectors.EVENT_READ, None)
         while self.size is None or len(self.ranks) < self.size:
+            if self.spoilt is not None:
+                self._answer_all({"error": self.spoilt})
+                return
             now = time.monotonic()
             if now >= self.deadline:
                 missing = sorted(set(range(self.size or 0)) - set(self.ranks))
@@ -265,8 +269,13 @@ class _Server:
         ):
             self._refuse(conn, f"malformed join (rank {rank!r}, size {nranks!r})")
             return
-        if self.size is not None and nranks != self.size:
-            self._refuse(conn, f"rank {rank} passed size {nranks}, others passed {self.size}")
+        if self.size is not None and nranks != self.size:  # a bug in the job: no rank waits for the others
+            others = sorted(self.ranks)
+            self.spoilt = (
+                f"the ranks passed different sizes: rank {rank} passed {nranks}, "
+                f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} passed {self.size}"
+            )
+            self._refuse(conn, self.spoilt)
             return
         if rank in self.ranks:
             self._refuse(conn, f"rank {rank} joined twice")

@@ -175,6 +175,7 @@ class Communicator(CommunicatorViews):
         )
         self._pid = os.getpid()
         self._revoked: tuple[int | None, str] | None = None  # (the rank that revoked it, its words)
+        self._shrunk = self._grown = 0  # the communicators shrink() and grow() made (their names)
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
         self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
@@ -420,9 +421,41 @@ class Communicator(CommunicatorViews):
                 rank=self.rank,
             )
         transport = self._t.shrink(_check_timeout(timeout, "shrink", self.rank))
-        self._shrunk = getattr(self, "_shrunk", 0) + 1
+        self._shrunk += 1
         logger.info("rank %d: shrink: %d of %d ranks survive", self.rank, transport.size, self.size)
         return Communicator._over(transport, self.platform, self.timeout, f"{self._name}.shrink{self._shrunk}")
+
+    def grow(self, new_size: int, uid, timeout: float | None = None) -> Communicator:
+        """A new communicator of ``new_size`` ranks: this communicator's, keeping their ranks, and
+        joiners, each a process that calls ``uniccl.Communicator(uid, rank, new_size)`` with
+        ``rank`` in ``[size, new_size)`` (NCCL's ``ncclCommGrow``).  Collective over this
+        communicator, with the same ``uid`` on every rank (made by one with
+        :func:`uniccl.get_unique_id`; the joiners get it out of band).  A joiner may run on
+        another platform.  This communicator keeps working.  Ranks that pass different sizes
+        get ``InvalidUsage`` naming them.  ``timeout``: how long to wait for the joiners (default
+        UNICCL_INIT_TIMEOUT); the new communicator connects over TCP, even inside an MPI job."""
+        from ..transport.factory import transport_from_unique_id
+
+        self._alive("grow")
+        if isinstance(new_size, bool) or not isinstance(new_size, int) or new_size <= self.size:
+            raise InvalidArgument(
+                f"must be an int > the communicator's size {self.size}, got {new_size!r}",
+                op="grow",
+                rank=self.rank,
+                argument="new_size",
+            )
+        sizes = self.all_gather_object(new_size)  # (before anyone joins: a mismatch hangs no one)
+        if len(set(sizes)) > 1:
+            said = "; ".join(
+                f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} passed {v}"
+                for v in dict.fromkeys(sizes)
+                for rs in [[r for r, x in enumerate(sizes) if x == v]]
+            )
+            raise InvalidUsage(f"the ranks passed different new_size: {said}", op="grow", rank=self.rank)
+        transport = transport_from_unique_id(uid, self.rank, new_size, timeout, tcp=True)
+        self._grown += 1
+        logger.info("rank %d: grow: %d -> %d ranks", self.rank, self.size, new_size)
+        return Communicator._over(transport, self.platform, self.timeout, f"{self._name}.grow{self._grown}")
 
     # ---------------------------------------------------------- control channel
     def broadcast_object(self, obj, root: int = 0):

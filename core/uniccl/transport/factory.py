@@ -13,8 +13,9 @@ from ..bootstrap.select import unique_id_bootstrap
 from . import tcp as _tcp
 
 
-def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
-    """The transport of the ranks that joined ``uid``: MPI inside an MPI job, else TCP."""
+def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None, *, tcp: bool = False):
+    """The transport of the ranks that joined ``uid``: MPI inside an MPI job, else (or with
+    ``tcp``: processes from outside the job join it) TCP."""
     if isinstance(uid, (bytes, bytearray)):
         uid = UniqueId.from_bytes(bytes(uid))
     if not isinstance(uid, UniqueId):
@@ -30,7 +31,7 @@ def transport_from_unique_id(uid, rank: int, size: int, timeout: float | None):
             argument="rank",
         )
     timeout = init_wait(timeout)
-    if unique_id_bootstrap() == "tcp":
+    if tcp or unique_id_bootstrap() == "tcp":
         return _tcp.TCPTransport(_tcp.Mesh(uid, rank, size, timeout), list(range(size)), _tcp.derive_context(1, 0, 0))
     from .mpi import MPITransport, mpi
 
