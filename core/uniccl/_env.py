@@ -374,6 +374,22 @@ VARS: dict[str, Var] = {
         ),
         _v("UNICCL_NNODES", "int", None, "hosts of the job (set by `uniccl run`)", minimum=1, user=False),
         _v(
+            "UNICCL_MAX_RESTARTS",
+            "int",
+            None,
+            "`uniccl run --enable-recovery`'s --max-restarts (0: a lost rank is not started again; unset: no recovery)",
+            minimum=0,
+            user=False,
+        ),
+        _v(
+            "UNICCL_RESTART_COUNT",
+            "int",
+            None,
+            "how many times `uniccl run --max-restarts` started this rank's command before (unset: the first start)",
+            minimum=1,
+            user=False,
+        ),
+        _v(
             "UNICCL_RENDEZVOUS",
             "str",
             None,

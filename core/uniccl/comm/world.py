@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from .._errors import InvalidArgument
+from .. import _env
+from .._errors import InvalidArgument, InvalidUsage
 from ..bootstrap.select import _forced_bootstrap, _under_torchrun, bootstrap, under_mpi_launcher
 from .communicator import Communicator
 
@@ -51,6 +52,14 @@ def init(platform: str | None = None, *, timeout: float | None = None) -> Commun
     ``platform`` forces the plugin like ``UNICCL_PLATFORM`` does; ``timeout`` is the
     seconds each call may wait for its peers (default $UNICCL_TIMEOUT, else 120; 0: none).
     """
+    if _env.is_set("UNICCL_RESTART_COUNT"):
+        raise InvalidUsage(
+            f"this process is restart {_env.get('UNICCL_RESTART_COUNT')} of rank {os.environ.get('UNICCL_RANK')} "
+            "(uniccl run --max-restarts): the job's world was made without it and cannot be joined again; join "
+            "the survivors with uniccl.Communicator(uid, rank, new_size), the unique id of their comm.grow() "
+            "(examples/elastic_train.py)",
+            op="init",
+        )
     how = bootstrap()
     if how == "tcp":
         from ..transport.factory import world_from_env

@@ -156,13 +156,15 @@ def exit_status(code: int) -> int:
 
 
 class _Rank:
-    __slots__ = ("rank", "proc", "tail", "pump", "log", "ended")
+    __slots__ = ("rank", "proc", "tail", "pump", "log", "ended", "lost", "restart")
 
-    def __init__(self, rank, proc, log):
+    def __init__(self, rank, proc, log, restart=0):
         self.rank, self.proc, self.log = rank, proc, log
         self.ended = float("inf")  # when its output closed: orders near-simultaneous failures
         self.tail = collections.deque(maxlen=TAIL_LINES)
         self.pump = None
+        self.lost = False  # recovery: it died while others ran, and the job went on without it
+        self.restart = restart  # which start of this rank's command (0: the first)
 
 
 class NodeJob:
@@ -172,7 +174,9 @@ class NodeJob:
     the signal already sent is not a second Ctrl-C (the wrapper under mpiexec, which may get
     one signal both from mpiexec and from the launcher's process group).  ``recovery``
     (``uniccl run --enable-recovery``): a rank that dies while others still run is reported
-    and left out (``lost``) instead of stopping the job; the job ends when the others do."""
+    and left out (``lost``) instead of stopping the job; the job ends when the others do.
+    ``max_restarts``: with recovery, a lost rank's command is started again, at most that many
+    times per rank, with ``UNICCL_RESTART_COUNT`` (1, 2, ...) and its old ``UNICCL_RANK``."""
 
     def __init__(
         self,
@@ -193,6 +197,7 @@ class NodeJob:
         say=None,
         escalate: bool = True,
         recovery: bool = False,
+        max_restarts: int = 0,
     ):
         self.ranks, self.world_size, self.env = ranks, world_size, env
         self.argv = program_argv(argv, python)
@@ -209,58 +214,71 @@ class NodeJob:
         self.failure: dict | None = None
         self.recovery = recovery
         self.lost: list[dict] = []  # with recovery: the ranks that died while others ran
+        self.max_restarts = max_restarts
         self._reaper = None  # started with the first rank
 
     def start(self) -> None:
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
         for local, rank in enumerate(self.ranks):
-            env = dict(
-                os.environ,
-                UNICCL_RANK=str(rank),
-                UNICCL_WORLD_SIZE=str(self.world_size),
-                UNICCL_LOCAL_RANK=str(local),
-                UNICCL_LOCAL_SIZE=str(len(self.ranks)),
-                UNICCL_NODE_RANK=str(self.node_rank),
-                UNICCL_NNODES=str(self.nnodes),
-                PYTHONUNBUFFERED="1",
-                # torch's names, for init_process_group's default env:// (MASTER_* come in self.env)
-                RANK=str(rank),
-                WORLD_SIZE=str(self.world_size),
-                LOCAL_RANK=str(local),
-                LOCAL_WORLD_SIZE=str(len(self.ranks)),
-                GROUP_RANK=str(self.node_rank),
-            )
-            env.update(self.env)  # the user's -x values win
-            platforms = env.get("UNICCL_PLATFORMS", "")
-            if platforms:  # a mixed-vendor job: rank r takes the r-th platform (cycling)
-                names = [p.strip() for p in platforms.split(",") if p.strip()]
-                env["UNICCL_PLATFORM"] = names[rank % len(names)]
-            log = open(os.path.join(self.log_dir, f"rank-{rank}.log"), "w") if self.log_dir else None
-            try:
-                proc = subprocess.Popen(
-                    self.argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=not self.inherit_fds,
-                    preexec_fn=_die_with_parent,
-                )
-            except OSError as exc:
-                if log:
-                    log.close()
-                self.failure = self._record(rank, None, f"could not start {self.argv[0]!r}: {exc}", 127)
-                self.stop(grace=self.grace)
+            if not self._spawn(local, rank):
                 return
-            if self._reaper is None:
-                self._reaper = _Reaper()
-            self._reaper.add(proc.pid)  # its own session: pid == process group id
-            r = _Rank(rank, proc, log)
-            r.pump = _threads.thread(self._pump, args=(r,), name=f"uniccl-out-{rank}")
-            r.pump.start()
-            self.procs.append(r)
+
+    def _spawn(self, local: int, rank: int, restart: int = 0) -> bool:
+        """Start rank ``rank``'s command (``restart``: how many times it was started before);
+        False if it could not be (the job then stops: ``self.failure``)."""
+        env = dict(
+            os.environ,
+            UNICCL_RANK=str(rank),
+            UNICCL_WORLD_SIZE=str(self.world_size),
+            UNICCL_LOCAL_RANK=str(local),
+            UNICCL_LOCAL_SIZE=str(len(self.ranks)),
+            UNICCL_NODE_RANK=str(self.node_rank),
+            UNICCL_NNODES=str(self.nnodes),
+            PYTHONUNBUFFERED="1",
+            # torch's names, for init_process_group's default env:// (MASTER_* come in self.env)
+            RANK=str(rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK=str(local),
+            LOCAL_WORLD_SIZE=str(len(self.ranks)),
+            GROUP_RANK=str(self.node_rank),
+        )
+        if self.recovery:  # (torchrun's TORCHELASTIC_MAX_RESTARTS): whether a lost rank comes back
+            env["UNICCL_MAX_RESTARTS"] = str(self.max_restarts)
+        if restart:
+            env["UNICCL_RESTART_COUNT"] = str(restart)
+        env.update(self.env)  # the user's -x values win
+        platforms = env.get("UNICCL_PLATFORMS", "")
+        if platforms:  # a mixed-vendor job: rank r takes the r-th platform (cycling)
+            names = [p.strip() for p in platforms.split(",") if p.strip()]
+            env["UNICCL_PLATFORM"] = names[rank % len(names)]
+        name = f"rank-{rank}.log" if not restart else f"rank-{rank}.restart-{restart}.log"
+        log = open(os.path.join(self.log_dir, name), "w") if self.log_dir else None
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=not self.inherit_fds,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            if log:
+                log.close()
+            self.failure = self._record(rank, None, f"could not start {self.argv[0]!r}: {exc}", 127)
+            self.stop(grace=self.grace)
+            return False
+        if self._reaper is None:
+            self._reaper = _Reaper()
+        self._reaper.add(proc.pid)  # its own session: pid == process group id
+        r = _Rank(rank, proc, log, restart)
+        r.pump = _threads.thread(self._pump, args=(r,), name=f"uniccl-out-{rank}")
+        r.pump.start()
+        self.procs.append(r)
+        return True
 
     def _pump(self, r: _Rank) -> None:
         head = f"[{r.rank}] " if self.prefix else ""
@@ -298,8 +316,7 @@ class NodeJob:
         if self.failure:
             return "failed"
         codes = [(r, r.proc.poll()) for r in self.procs]
-        lost = {f["rank"] for f in self.lost}
-        failed = [r for r, code in codes if code not in (None, 0) and r.rank not in lost]
+        failed = [r for r, code in codes if code not in (None, 0) and not r.lost]
         running = any(code is None for _, code in codes)
         if failed:
             for r in failed:
@@ -316,7 +333,7 @@ class NodeJob:
             return "failed"
         if running:
             return "running"
-        said = [f for f in self.lost if f["code"] is not None and f["code"] > 0]
+        said = [f for f in self.lost if f["code"] is not None and f["code"] > 0 and not f["restarted"]]
         if said:
             self.failure = dict(said[0], ended=True)
             return "failed"
@@ -325,7 +342,9 @@ class NodeJob:
     def _lose(self, r: _Rank) -> None:
         """Recovery: rank ``r`` died while others run; say so, with its last lines, and go on."""
         code = r.proc.returncode
-        lost = self._record(r.rank, r.proc.pid, describe_exit(code), code)
+        r.lost = True
+        again = r.restart < self.max_restarts
+        lost = dict(self._record(r.rank, r.proc.pid, describe_exit(code), code), restarted=again)
         self.lost.append(lost)
         live = sum(p.proc.poll() is None for p in self.procs)
         self.say(
@@ -334,6 +353,12 @@ class NodeJob:
         )
         for line in list(r.tail)[-10:]:
             self.say(f"    [{r.rank}] {line}")
+        if again:
+            self.say(
+                f"rank {r.rank}: starting its command again (restart {r.restart + 1} of {self.max_restarts}, "
+                f"UNICCL_RESTART_COUNT={r.restart + 1})"
+            )
+            self._spawn(self.ranks.index(r.rank), r.rank, r.restart + 1)
 
     def request_stop(self, sig: int = signal.SIGTERM) -> None:
         """Ask the running job to stop by ``sig`` (SIGINT, SIGTERM or SIGKILL); safe from a

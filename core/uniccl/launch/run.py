@@ -15,7 +15,8 @@ The first rank that fails stops the job: the launcher names the rank, host and
 exit code or signal, prints its last lines, and exits with its status.  With
 ``--enable-recovery`` (Open MPI's spelling; the local launcher) a rank that dies while others
 run is named the same way and left out: the others run on (they can ``comm.shrink()``), and
-the job's exit code is theirs.
+the job's exit code is theirs; ``--max-restarts N`` also starts its command again (at most N
+times per rank) with ``UNICCL_RESTART_COUNT`` set, to join the survivors by ``comm.grow()``.
 
 Signals, as mpiexec and torchrun do: Ctrl-C (SIGINT) reaches every rank as SIGINT; a second
 Ctrl-C, or ``--grace`` seconds (default 10) with a rank still alive, sends SIGTERM, and the
@@ -108,6 +109,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "comm.shrink()); the job's exit code is theirs (local launcher)",
     )
     p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --enable-recovery: start a dead rank's command again, up to N times per rank, with "
+        "UNICCL_RESTART_COUNT and its old UNICCL_RANK set (it joins the survivors by comm.grow()'s unique id)",
+    )
+    p.add_argument(
         "--platforms",
         metavar="P0,P1,...",
         help="platform of each rank (cycling), for mixed-vendor jobs: rank r gets UNICCL_PLATFORM=P[r %% len]",
@@ -177,6 +186,12 @@ def main(args) -> int:
         note = _agent.python_note(argv) if launcher != "ssh" else None  # (over ssh each node's agent says it)
         if note:
             say(note)
+        if args.max_restarts < 0 or args.max_restarts and not args.enable_recovery:
+            raise InvalidArgument(
+                f"must be >= 0, and needs --enable-recovery (got {args.max_restarts})",
+                op="run",
+                argument="--max-restarts",
+            )
         if args.enable_recovery and launcher != "local":
             raise InvalidArgument(
                 f"the {launcher} launcher cannot keep a job going after a rank dies yet; "
@@ -196,6 +211,7 @@ def main(args) -> int:
                 log_dir=args.log_dir,
                 grace=args.grace,
                 recovery=args.enable_recovery,
+                max_restarts=args.max_restarts,
             )
         if launcher == "mpi":
             return run_mpi(args, nodes, argv, env, why)
@@ -224,6 +240,7 @@ def run_local(
     log_dir=None,
     grace=_agent.GRACE_S,
     recovery=False,
+    max_restarts=0,
 ) -> int:
     rdv = Rendezvous("127.0.0.1", (timeout or 3600) + 60)
     job = _agent.NodeJob(
@@ -236,6 +253,7 @@ def run_local(
         grace=grace,
         say=say,
         recovery=recovery,
+        max_restarts=max_restarts,
     )
     caught = []
 
@@ -249,9 +267,14 @@ def run_local(
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-    if job.lost and state == "done":
-        gone = ", ".join(f"rank {f['rank']} ({f['why']})" for f in job.lost)
-        say(f"the job finished without {gone}: the other {n - len(job.lost)} ranks exited 0")
+    gone = [f for f in job.lost if not f["restarted"]]
+    back = [f for f in job.lost if f["restarted"]]
+    if gone and state == "done":
+        names = ", ".join(f"rank {f['rank']} ({f['why']})" for f in gone)
+        say(f"the job finished without {names}: the other {n - len(gone)} ranks exited 0")
+    elif back and state == "done":
+        names = ", ".join(f"rank {f['rank']} ({f['why']}, restarted)" for f in back)
+        say(f"the job finished: every rank exited 0, after {names}")
     return finish(state, job.failure, timeout, caught)
 
 
