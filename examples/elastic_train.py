@@ -100,7 +100,9 @@ while step < STEPS:
 want = replay(sizes)
 ok = np.allclose(w, want, rtol=1e-12, atol=1e-14)
 print(
-    f"rank {comm.rank}/{comm.size}: {STEPS} steps at sizes {sizes}; weights {'match' if ok else 'DIFFER from'} numpy's"
+    f"rank {comm.rank}/{comm.size}: elastic_train {'OK' if ok else 'MISMATCH'}"
+    f" ({STEPS} steps at sizes {sizes}; weights {'match' if ok else 'differ from'} numpy's)",
+    flush=True,
 )
 comm.barrier()
 if comm.rank == 0 and not restart:
