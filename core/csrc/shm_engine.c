@@ -609,6 +609,10 @@ static int cma_failed(uc_shm *e, int peer, int saved, const char *call, size_t n
         int dead = saved == ESRCH ? peer : -1;
         for (int q = 0; q < e->size && dead < 0; q++)
             if (q != e->rank && peer_dead(e, q)) dead = q;
+        /* It withdrew because it failed first: its abort record (published before its buffer
+         * went) names the cause, e.g. a rank whose death is not yet visible in /proc here. */
+        if (dead < 0 && atomic_load_explicit(&e->ctrl[peer].abort_code, memory_order_acquire) != ABORT_NONE)
+            return remote_abort(e, peer);
         if (dead >= 0)
             set_err(&e->err, UC_SHM_EDEAD, e->op, "rank %d (pid %ld) died during %s", dead,
                     (long)e->pids[dead], e->op);

@@ -37,7 +37,7 @@ aborted_before = aborts()
 if r == 0:
     comm.revoke("lost a GPU")
 else:
-    deadline = time.monotonic() + 10.0  # no call of this rank runs: the reader thread does it (ms; 10 s for a loaded CI)
+    deadline = time.monotonic() + 10.0  # no call runs here: the reader thread aborts (ms; 10 s: loaded CI)
     while comm._native_comm is not None and time.monotonic() < deadline:
         time.sleep(0.005)
 row.update(vendor_aborted=aborts() - aborted_before, native_after=comm._native_comm is not None)
