@@ -385,9 +385,11 @@ def cmd_timeout(args) -> int:
 
 def cmd_interrupt(args) -> int:
     """Ctrl-C during a wait on a peer that never comes: KeyboardInterrupt, promptly."""
+    import faulthandler
     import signal
     import threading
 
+    faulthandler.dump_traceback_later(20, exit=True)  # a hang (seen once in CI) says where, before the test's 30 s
     eng = ShmEngine(args.name, 0, 2, True, TEST_SLOT, reduce_kernel(), 0.0)
     x = np.ones(16, np.float32)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
