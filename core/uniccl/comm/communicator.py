@@ -412,11 +412,13 @@ class Communicator(CommunicatorViews):
         """A new communicator of the ranks still alive, after a peer died (collective over the
         survivors; ranks keep their order).  Works on a failed communicator; call it before
         ``abort()`` (which may close the connections it needs).  Needs the TCP bootstrap
-        (``uniccl run``, or a unique id): MPI cannot survive a dead rank.  ``timeout``: how long
-        to wait for each survivor's view of who is alive."""
+        (``uniccl run``, or a unique id), or MPI with ULFM (Open MPI 5 under ``mpiexec --with-ft
+        ulfm``: MPIX_Comm_shrink); other MPI jobs cannot survive a dead rank.  ``timeout``: how
+        long to wait for each survivor's view of who is alive."""
         if not self._t.can_shrink:
             raise InvalidUsage(
-                f"shrink() needs the TCP bootstrap; this communicator runs over {self._t.name}",
+                "shrink() needs the TCP bootstrap (uniccl run, or a unique id) or MPI with ULFM "
+                f"(Open MPI 5: mpiexec --with-ft ulfm); this communicator runs over {self._t.name}",
                 op="shrink",
                 rank=self.rank,
             )

@@ -43,9 +43,10 @@ def info() -> dict:
     try:
         import mpi4py
 
-        from ..transport.mpi import library
+        from ..transport.mpi import library, ulfm
 
         mpi_info = dict(library(), mpi4py=mpi4py.__version__)
+        mpi_info["ulfm"], mpi_info["ulfm_why"] = ulfm()
     except Exception as exc:  # info must work even when MPI is broken
         mpi_info = {"name": None, "error": str(exc)}
     return {
@@ -71,6 +72,7 @@ def format_info(data: dict) -> str:
             f"MPI: {m['name']} {m['version']} (MPI {m['standard']}, thread level "
             f"{m['thread_level']}, mpi4py {m['mpi4py']})"
         )
+        lines.append(f"MPI fault tolerance: {m['ulfm_why']}")
     else:
         lines.append(f"MPI: unavailable: {m.get('error')}")
     lines.append("plugins:")

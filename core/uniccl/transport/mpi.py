@@ -3,6 +3,13 @@
 The algorithms only need "send these bytes to rank r" and "receive bytes from
 rank r into this address", non-blocking; MPI gives exactly that and runs
 everywhere (MPICH wheel by default, Open MPI when that is installed).
+
+Under ULFM (Open MPI 5 run with ``mpiexec --with-ft ulfm``) a job survives a dead rank: a wait
+on it fails with ``MPI_ERR_PROC_FAILED``, which becomes ``RemoteError`` naming the rank; a rank
+that gives up on a communicator (a dead peer, a timeout, ``revoke()``) tells every member why
+on a communicator of its own, then revokes the others (``MPIX_Comm_revoke``), so every member's
+waits end at once with the same error; ``shrink()`` is ``MPIX_Comm_shrink``.  Without ULFM a
+dead rank ends the job, as MPI does.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ import socket
 import sys
 import time
 
-from .._errors import InternalError, InvalidArgument, Timeout
+from .._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
+from . import notice as _notice
 from .base import Transport
 from .record import RECORD_BYTES  # one rank's record of a call (Communicator._run_announced)
 
@@ -35,13 +43,38 @@ def abort_at_exit(status: int = 1) -> None:
     Called once a peer died or stopped answering: MPI_Finalize then waits for that peer
     forever (MPICH's PMI barrier; seen under ``uniccl run --launcher mpi`` when mpiexec
     did not kill the job), while MPI_Abort ends this job at once.  mpi4py's own
-    ``python -m mpi4py`` does the same for an unhandled exception.  A no-op without MPI."""
+    ``python -m mpi4py`` does the same for an unhandled exception.  A no-op without MPI,
+    and under ULFM, whose MPI_Finalize completes among the survivors (MPI_Abort would end them)."""
     MPI = sys.modules.get("mpi4py.MPI")
-    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized() or ulfm()[0]:
         return
     setter = getattr(MPI, "_set_abort_status", None)  # mpi4py >= 3.1
     if setter is not None:
         setter(status)
+
+
+_ON = ("1", "true", "yes", "on", "enabled")  # Open MPI's spellings of a true MCA boolean
+
+
+@functools.cache
+def ulfm() -> tuple[bool, str]:
+    """(on, why): whether this MPI job survives a dead rank through ULFM's MPIX_Comm_revoke,
+    _shrink and _agree (Open MPI 5 built with them, the job started with ``mpiexec --with-ft
+    ulfm``, which sets ``OMPI_MCA_mpi_ft_enable`` in every rank), and why or why not."""
+    import ctypes
+
+    MPI = mpi()
+    name = library()["name"]
+    if not hasattr(ctypes.CDLL(MPI.__file__), "MPIX_Comm_revoke"):
+        return False, f"{name} has no ULFM (MPIX_Comm_revoke): a dead rank ends the job"
+    if name != "Open MPI":  # MPICH 5's ULFM prototype aborted internally in our tests (docs/reliability.md)
+        return False, f"{name}'s ULFM prototype is not used (Open MPI 5's is): a dead rank ends the job"
+    if os.environ.get("OMPI_MCA_mpi_ft_enable", "").lower() not in _ON:
+        return (
+            False,
+            "Open MPI has ULFM, off in this job: start it with 'mpiexec --with-ft ulfm' to survive a dead rank",
+        )
+    return True, "ULFM on (mpiexec --with-ft ulfm): survivors of a dead rank get RemoteError and can shrink()"
 
 
 def library() -> dict:
@@ -81,8 +114,9 @@ class MPITransport(Transport):
     """
 
     name = "mpi"
-    # MPI has no way to end a peer's wait early (no abort notice, no shrink): a peer learns of an
-    # aborted or failed rank when its own wait's timeout ends (the base class's defaults)
+    # Without ULFM, MPI has no way to end a peer's wait early (no abort notice, no shrink): a peer
+    # learns of an aborted or failed rank when its own wait's timeout ends (the base class's
+    # defaults).  Under ULFM both are True (set per transport in __init__).
     can_abort = False
     can_shrink = False
 
@@ -93,8 +127,15 @@ class MPITransport(Transport):
         self.p2p = mpi_comm.Dup()
         self.ctrl = mpi_comm.Dup()
         self.agree = mpi_comm.Dup()
-        for c in (self.data, self.p2p, self.ctrl, self.agree):
-            c.Set_errhandler(MPI.ERRORS_RETURN)
+        # ULFM: a dead rank is an error of the calls that need it, not the job's end (see the module)
+        self.ulfm = ulfm()[0]
+        self.notices = mpi_comm.Dup() if self.ulfm else MPI.COMM_NULL  # why a rank gave up
+        self.can_abort = self.can_shrink = self.ulfm
+        self._told: list = []  # (request, bytes) of the notices this rank sent: never waited for
+        self._verdict: UnicclError | None = None  # why this communicator ended (ULFM)
+        for c in (self.data, self.p2p, self.ctrl, self.agree, self.notices):
+            if c != MPI.COMM_NULL:
+                c.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank = me = mpi_comm.Get_rank()
         self.size = n = mpi_comm.Get_size()
         self._frombuf = MPI.buffer.fromaddress
@@ -127,21 +168,32 @@ class MPITransport(Transport):
         """MPI_Waitall, bounded by the timeout: a stuck or stopped peer is a Timeout naming it
         (where this host can tell) instead of a hang."""
         MPI = self.MPI
-        if not self._timeout:
-            MPI.Request.Waitall(reqs)
-            return
+        try:
+            if not self._timeout and not self.ulfm:
+                reqs[0].Wait() if len(reqs) == 1 else MPI.Request.Waitall(reqs)
+                return
+            self._poll(reqs, peer)
+        except MPI.Exception as exc:
+            raise self._failure(exc, peer) from None
+
+    def _poll(self, reqs, peer: int) -> None:
+        """Test ``reqs`` until they complete, the timeout passes (Timeout) or, under ULFM, a member
+        (this rank too, from another thread) gives up on the communicator or a rank dies."""
+        MPI = self.MPI
         # one request: its own Test, whose error is the request's (a truncation is ERR_TRUNCATE,
         # as from Wait; Testall would say ERR_IN_STATUS)
         test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
         if test():
             return
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self._timeout if self._timeout else None
         spins = 0
         while not test():
             spins += 1
             if spins < 32:
                 continue
-            if time.monotonic() > deadline:
+            if self.ulfm:  # Open MPI's revoke does not end every pending request (persistent ones)
+                self._heard()
+            if deadline is not None and time.monotonic() > deadline:
                 raise Timeout(
                     f"rank {self.rank} timed out after {self._timeout:g} s waiting for {self._whom(peer)}",
                     rank=self.rank,
@@ -177,13 +229,169 @@ class MPITransport(Transport):
             )
         return "its peers (over MPI; none of this host's is stopped)"
 
+    # ------------------------------------------------- failures (ULFM only)
+    def _failure(self, exc, peer: int = -1):
+        """The error a failed MPI wait means: under ULFM, a dead rank (``RemoteError`` naming it)
+        or a communicator a member gave up on (the error its notice says); otherwise ``exc``."""
+        MPI = self.MPI
+        cls = exc.Get_error_class()
+        fault = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED, MPI.ERR_IN_STATUS)
+        if not self.ulfm or cls not in fault:
+            return exc
+        if self._verdict is None:
+            revoked = cls == MPI.ERR_REVOKED or any(c.Is_revoked() for c in (self.data, self.p2p, self.agree))
+            self._verdict = self._notice(1.0 if revoked else 0.0) or self._died(peer)
+        if self._verdict is None:
+            return exc  # (ERR_IN_STATUS of another cause)
+        v = self._verdict
+        return type(v)(v.message, rank=self.rank, **v.extra)
+
+    def _heard(self) -> None:
+        """(ULFM: as a call starts, and while it waits) A member that gave up on this communicator
+        ends the call at once, with its notice's error: its revoke may reach this rank's MPI only
+        after data it sent before (a late rank would complete a call every other rank saw end),
+        and does not end every pending request; a failure not yet acknowledged is a dead rank.
+        One MPI_Iprobe."""
+        MPI = self.MPI
+        try:
+            told = self._verdict is not None or self.notices.Iprobe(MPI.ANY_SOURCE, 0)
+        except MPI.Exception as exc:  # a failure not acknowledged yet: a rank died
+            raise self._failure(exc) from None
+        if told:
+            if self._verdict is None:
+                self._verdict = self._notice(0.0)
+            v = self._verdict
+            assert v is not None  # (the notice Iprobe saw is there)
+            raise type(v)(v.message, rank=self.rank, **v.extra)
+
+    def _notice(self, wait: float) -> UnicclError | None:
+        """The first member's notice of why it gave up on this communicator, waiting at most
+        ``wait`` s for it (it is sent before the revoke that ended our wait, not always received so)."""
+        MPI, status = self.MPI, self.MPI.Status()
+        deadline = time.monotonic() + wait
+        src = -1
+        while src < 0:
+            for p in range(self.size):  # each source in turn: ANY_SOURCE fails while a failure is unacknowledged
+                try:
+                    if p != self.rank and self.notices.Iprobe(p, 0, status):
+                        src = p
+                        break
+                except MPI.Exception:  # that one is dead
+                    continue
+            else:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.001)
+        raw = bytearray(status.Get_count(MPI.BYTE))
+        self.notices.Recv([raw, MPI.BYTE], src, 0)
+        return _notice.decode(raw, self.rank, src, self._name(src))
+
+    def _died(self, peer: int) -> RemoteError | None:
+        """RemoteError naming a rank MPI knows to have failed (``peer`` if it is one), else None."""
+        MPI = self.MPI
+        failed, mine = self.data.Get_failed(), self.data.Get_group()
+        try:
+            dead = [r for r in MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())), mine) if r >= 0]
+        finally:
+            failed.Free()
+            mine.Free()
+        if not dead:
+            return None
+        r = peer if peer in dead else dead[0]
+        return RemoteError(
+            f"{self._name(r)} died: MPI reports its process failed (ULFM)",
+            rank=self.rank,
+            remote_rank=r,
+            remote_type="died",
+        )
+
+    def _name(self, r: int) -> str:
+        host, pid = self._where[r]
+        return f"rank {r} ({host}, pid {pid})"
+
+    def _give_up(self, kind: str, text: str, missing=(), mine: UnicclError | None = None) -> None:
+        """ULFM: tell every member why this rank gives up on the communicator (``kind`` and
+        ``text`` as :mod:`.notice` says), then revoke it, so that their waits end now with that
+        error (not at their own timeouts); only the first reason counts."""
+        if not self.ulfm or self._verdict is not None:
+            return
+        MPI = self.MPI
+        data = _notice.encode(kind, text, missing)
+        self._verdict = mine or _notice.decode(data, self.rank, self.rank, self._name(self.rank))
+        for p in range(self.size):
+            if p != self.rank:
+                try:
+                    self._told.append((self.notices.Isend([data, MPI.BYTE], p, 0), data))
+                except MPI.Exception:
+                    pass  # a dead rank: nothing to tell
+        for c in (self.data, self.p2p, self.agree):
+            try:
+                c.Revoke()
+            except MPI.Exception:
+                pass  # revoked already
+
+    def abort(self, reason: str) -> None:
+        mine = InvalidUsage(f"the communicator was aborted on rank {self.rank}", rank=self.rank, aborted=True)
+        self._give_up("abort", reason, mine=mine)
+
+    def revoke(self, text: str) -> None:
+        self._give_up("revoke", text)
+
+    def fail(self, reason: str, missing) -> None:
+        self._give_up("timeout", reason, missing)
+
+    def failed(self, reason: str) -> None:
+        self._give_up("abort", reason)
+
+    def peer_died(self, reason: str, dead: int) -> None:
+        self._give_up("died", reason, [dead])
+
+    def shrink(self, timeout: float) -> Transport:
+        """ULFM's MPIX_Comm_shrink: the survivors, in their order, within ``timeout`` s.  The
+        blocking call, on a thread of its own so that a survivor that never calls shrink (stopped,
+        hung) is a Timeout here (Open MPI 5.0's MPIX_Comm_ishrink fails with MPI_ERR_INTERN once
+        a process has died)."""
+        if not self.ulfm:
+            return super().shrink(timeout)
+        from .. import _threads
+
+        MPI, got = self.MPI, []
+
+        def run():
+            try:
+                got.append(self.ctrl.Shrink())
+            except MPI.Exception as exc:
+                got.append(exc)
+
+        worker = _threads.start(run, name=f"uniccl-mpi-shrink{self.rank}")
+        worker.join(timeout or None)
+        if not got:
+            raise Timeout(
+                f"MPIX_Comm_shrink did not complete within {timeout:g} s (a survivor that does not call shrink?)",
+                op="shrink",
+                rank=self.rank,
+            )
+        new = got[0]
+        if isinstance(new, MPI.Exception):
+            raise InternalError(f"MPIX_Comm_shrink failed: {new}", op="shrink", rank=self.rank)
+        try:
+            return MPITransport(new)
+        finally:
+            new.Free()
+
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
         buf = self._frombuf(ptr, nbytes, readonly=True)
-        return (comm or self.data).Isend([buf, self.MPI.BYTE], peer, tag)
+        try:
+            return (comm or self.data).Isend([buf, self.MPI.BYTE], peer, tag)
+        except self.MPI.Exception as exc:  # ULFM: the peer is known dead, or the communicator revoked
+            raise self._failure(exc, peer) from None
 
     def irecv(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
         buf = self._frombuf(ptr, nbytes)
-        req = (comm or self.data).Irecv([buf, self.MPI.BYTE], peer, tag)
+        try:
+            req = (comm or self.data).Irecv([buf, self.MPI.BYTE], peer, tag)
+        except self.MPI.Exception as exc:
+            raise self._failure(exc, peer) from None
         if self.active and comm is None:
             self._recvs.append(req)
         return req
@@ -191,10 +399,7 @@ class MPITransport(Transport):
     def wait(self, req) -> None:
         if self._unsettled:
             self._settle()  # no peer's data is used before every record matched
-        if self._timeout:
-            self._block([req])
-        else:
-            req.Wait()
+        self._block([req])
 
     def waitall(self, reqs) -> None:
         if self._unsettled:
@@ -205,10 +410,10 @@ class MPITransport(Transport):
     def finish_p2p(self, req, peer: int, nbytes: int, op: str, rank: int) -> None:
         """Wait for a user send/recv; a message longer than the receive buffer is a typed error."""
         try:
-            if self._timeout:
-                self._block([req], peer)
-            else:
-                req.Wait()
+            try:
+                self._poll([req], peer) if self._timeout or self.ulfm else req.Wait()
+            except self.MPI.Exception as exc:
+                raise self._failure(exc, peer) from None
         except self.MPI.Exception as exc:
             if exc.Get_error_class() == self.MPI.ERR_TRUNCATE:
                 raise InvalidArgument(
@@ -232,7 +437,12 @@ class MPITransport(Transport):
         error if it has one; ``mismatched()`` judges (and raises) once records differ."""
         self._own, self._full, self._mismatched = record, full, mismatched
         self._mine[:] = record
-        self.MPI.Prequest.Startall(self._rec_reqs)
+        if self.ulfm:
+            self._heard()
+        try:
+            self.MPI.Prequest.Startall(self._rec_reqs)
+        except self.MPI.Exception as exc:
+            raise self._failure(exc) from None
         self.active = self._unsettled = True
         if full is not record:
             self._mismatch()
@@ -291,18 +501,25 @@ class MPITransport(Transport):
         old.Free()
 
     # control: small traffic (Transport.bcast_obj and the rest)
+    def _control(self, f, *args, **kw):
+        """``f`` (a collective of ``ctrl``), its MPI failure typed (ULFM: a dead member)."""
+        try:
+            return f(*args, **kw)
+        except self.MPI.Exception as exc:
+            raise self._failure(exc) from None
+
     def bcast_obj(self, obj, root: int = 0):
-        return self.ctrl.bcast(obj, root=root)
+        return self._control(self.ctrl.bcast, obj, root=root)
 
     def allgather_obj(self, obj) -> list:
-        return self.ctrl.allgather(obj)
+        return self._control(self.ctrl.allgather, obj)
 
     def allgather_array(self, arr, out) -> None:
-        self.ctrl.Allgather(arr, out)
+        self._control(self.ctrl.Allgather, arr, out)
 
     def split(self, color: int, key: int) -> MPITransport | None:
         """Ranks of one ``color`` ordered by (key, rank); a negative colour gets None."""
-        new = self.ctrl.Split(self.MPI.UNDEFINED if color < 0 else color, key)
+        new = self._control(self.ctrl.Split, self.MPI.UNDEFINED if color < 0 else color, key)
         if new == self.MPI.COMM_NULL:
             return None
         try:
@@ -321,6 +538,8 @@ class MPITransport(Transport):
     def free(self) -> None:
         for req in self._rec_reqs:
             req.Free()
-        for c in (self.data, self.p2p, self.ctrl, self.agree):
+        for req, _ in self._told:  # (a notice to a dead rank never completes)
+            req.Free()
+        for c in (self.data, self.p2p, self.ctrl, self.agree, self.notices):
             if c != self.MPI.COMM_NULL:
                 c.Free()

@@ -7,11 +7,11 @@ ends its waits on every member).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
-from ..._errors import InvalidUsage, RemoteError, Revoked, Timeout, UnicclError
+from ..._errors import InvalidUsage, Revoked, Timeout, UnicclError
+from .. import notice as _notice
 from .base import _Flushed, _MeshBase
 from .wire import (
     _ABORT_TAG,
@@ -186,27 +186,8 @@ class _Control(_MeshBase):
             req.done.set()
 
     def _notice_error(self, peer: int, raw: bytes | bytearray):
-        """The error a peer's abort notice means here: its timeout (naming the ranks it
-        waited for) or its abort."""
-        try:
-            notice = json.loads(bytes(raw))
-            kind, text, missing = notice["kind"], str(notice["text"]), list(notice.get("missing") or ())
-        except (ValueError, KeyError, TypeError):
-            kind, text, missing = "abort", bytes(raw).decode(errors="replace"), []
-        if kind == "timeout":
-            return Timeout(text, rank=self.rank, missing_ranks=missing, remote_rank=peer)
-        if kind == "revoke":
-            return Revoked(text, rank=self.rank, remote_rank=peer)
-        if kind == "died" and missing:  # the peer saw rank missing[0] die: so it is for us too
-            return RemoteError(
-                f"{text} (seen by rank {peer})", rank=self.rank, remote_rank=missing[0], remote_type="died"
-            )
-        return RemoteError(
-            f"{self.where(peer)} aborted the communicator: {text}",
-            rank=self.rank,
-            remote_rank=peer,
-            remote_type="aborted",
-        )
+        """The error a peer's abort notice means here (see :mod:`..notice`)."""
+        return _notice.decode(raw, self.rank, peer, self.where(peer))
 
     def abort(self, ctx: int, members: list, reason: str, kind: str = "abort", missing=()) -> None:
         """This rank gives up on the communicator of ``ctx``: its own waits end at once and
@@ -225,7 +206,7 @@ class _Control(_MeshBase):
             if ctx & ~3 in self._notified:
                 return  # the members were told once (the first verdict is the one that counts)
             self._notified.add(ctx & ~3)
-        data = json.dumps({"kind": kind, "text": reason[:2000], "missing": list(missing)}).encode()
+        data = _notice.encode(kind, reason, missing)
         notice = _head(ctx & ~3, _ABORT_TAG, len(data), 0, 0, 0) + data
         for peer in members:
             if peer == self.rank or peer in self._dead:
