@@ -102,6 +102,14 @@ class CommunicatorViews:
             return None
         return self._t.members.index(waiting[0]), max(0.0, time.monotonic() - waiting[1])
 
+    def reconnects(self) -> dict[int, int]:
+        """{rank: times the TCP connection to that member was broken and redialled} for the
+        members whose connection ever was (empty under MPI, or with no break)."""
+        mesh = self.mesh
+        if mesh is None:
+            return {}
+        return {r: n for r, m in enumerate(self._t.members) if (n := mesh.reconnects(m))}
+
     def last_operation(self) -> list | None:
         """The flight recorder's newest entry (None: recorder off, or no call yet): a list
         indexed by :mod:`uniccl.observability.flight`'s field constants (``OP``, ``SEQ``,
@@ -113,7 +121,7 @@ class CommunicatorViews:
         """This rank's telemetry as a plain dict: per operation (``ops``: calls, bytes, seconds,
         algbw/busbw in GB/s, p50/p99 latency, and the same per message-size bucket under
         ``by_size``), per peer link over TCP (``links``: bytes and seconds sent and received,
-        retransmissions, checksum failures: the job's connections, shared by its
+        retransmissions, checksum failures, reconnections: the job's connections, shared by its
         communicators), and the integrity counters."""
         out = {
             "communicator": self._name,

@@ -8,7 +8,8 @@ upper bound — and, for links, ``peer``):
 ``uniccl_call_latency_seconds`` (histogram, a bucket per power of two), ``uniccl_failed_calls_total``;
 ``uniccl_link_{sent,received}_bytes_total``, ``uniccl_link_{sent,received}_timed_bytes_total`` and
 ``uniccl_link_{send,receive}_seconds_total`` (bandwidth: timed bytes / seconds),
-``uniccl_link_retransmits_total``, ``uniccl_link_checksum_failures_total`` (TCP connections).
+``uniccl_link_retransmits_total``, ``uniccl_link_checksum_failures_total``,
+``uniccl_link_reconnects_total`` (TCP connections).
 Needs ``prometheus-client`` (``pip install uniccl[metrics]``).
 """
 
@@ -111,6 +112,7 @@ class _Collector:
                 ("receive_seconds", "Seconds spent receiving messages of 32 KiB or more from the peer"),
                 ("retransmits", "Messages sent again to the peer"),
                 ("checksum_failures", "Messages from the peer that failed their checksum"),
+                ("reconnects", "Times the connection to the peer broke and was redialled"),
             )
         }
         meshes = set()
@@ -144,6 +146,7 @@ class _Collector:
                         ("receive_seconds", rx_ns / 1e9),
                         ("retransmits", resent),
                         ("checksum_failures", bad),
+                        ("reconnects", mesh.reconnects(peer)),
                     ):
                         link[key].add_metric(lv, v)
         yield from (calls, nbytes, seconds, latency, failed, *link.values())

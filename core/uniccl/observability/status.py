@@ -175,6 +175,7 @@ class _Writer:
         mesh = c.mesh
         if mesh is not None:
             out["retransmits"] = mesh.stats["retransmits"] + mesh.stats["retransmit_requests"]
+            out["reconnects"] = {str(r): n for r, n in c.reconnects().items()}  # redialled links (heal.py)
             waiting = c.waiting_on()
             if waiting is not None:
                 out["waiting_on"], out["waiting_s"] = waiting

@@ -9,6 +9,8 @@
 - ``drop=P``: a received TCP message is thrown away with probability P (as if lost: asked
   for again);
 - ``delay=P:S``: a received TCP message is held S seconds with probability P;
+- ``disconnect=P``: the TCP connection a message arrives on is shut down with probability P,
+  both processes living on (the connection is redialled and resumes: transport/tcp/heal.py);
 - ``kill_at=N``: the process kills itself (SIGKILL) when it starts its N-th collective on a
   communicator (``kill_rank=R`` limits that to the job's rank R);
 - ``slow=S``: the process sleeps S seconds before each collective it starts, a straggler
@@ -26,7 +28,7 @@ from .._errors import InvalidArgument
 
 class Faults:
     def __init__(self, spec: str, rank: int):
-        self.flip = self.shm_flip = self.drop = self.delay_p = self.delay_s = 0.0
+        self.flip = self.shm_flip = self.drop = self.delay_p = self.delay_s = self.disconnect = 0.0
         self.kill_at, self.kill_rank, seed = -1, -1, 0
         self.slow_s, self.slow_rank = 0.0, -1
         for item in filter(None, (x.strip() for x in spec.split(","))):
@@ -38,6 +40,8 @@ class Faults:
                     self.shm_flip = float(value)
                 elif key == "drop":
                     self.drop = float(value)
+                elif key == "disconnect":
+                    self.disconnect = float(value)
                 elif key == "delay":
                     p, _, s = value.partition(":")
                     self.delay_p, self.delay_s = float(p), float(s or 0.1)
@@ -59,7 +63,7 @@ class Faults:
                 ) from None
         self.seed, self.rank = seed, rank
         self._rngs: dict = {}  # one stream of draws per sending peer: a run repeats exactly
-        self.injected = {"flip": 0, "drop": 0, "delay": 0}
+        self.injected = {"flip": 0, "drop": 0, "delay": 0, "disconnect": 0}
 
     def rng(self, peer: int) -> random.Random:
         r = self._rngs.get(peer)
@@ -68,7 +72,8 @@ class Faults:
         return r
 
     def on_message(self, peer: int) -> str:
-        """What happens to the next message received from ``peer``: "", "flip", "drop" or "delay"."""
+        """What happens to the next message received from ``peer``: "", "flip", "drop", "delay" or
+        "disconnect"."""
         x = self.rng(peer).random()
         if x < self.flip:
             return "flip"
@@ -78,6 +83,9 @@ class Faults:
         x -= self.drop
         if x < self.delay_p:
             return "delay"
+        x -= self.delay_p
+        if x < self.disconnect:
+            return "disconnect"
         return ""
 
     def flip_bit(self, view, peer: int) -> None:

@@ -94,12 +94,17 @@ def verdict(rows: list[dict], now: float) -> list[str]:
     return out or ["all ranks keep pace"]
 
 
+def _reconnects(by_peer) -> str:
+    """'r3 x2, r5 x1': the peers whose connection was redialled, and how often."""
+    return ", ".join(f"r{p} x{n}" for p, n in sorted((by_peer or {}).items(), key=lambda kv: int(kv[0]))) or "-"
+
+
 def render(path: str, rows: list[dict], now: float | None = None) -> str:
     now = time.time() if now is None else now
     head = f"uniccl top  {path}  {len(rows)} rank{'s' * (len(rows) != 1)}  {time.strftime('%H:%M:%S')}"
     cols = (
         f"{'RANK':>4} {'HOST':<12} {'PID':>7} {'CALL':<22} {'FOR':>7} {'CALLS':>8} {'BUSBW GB/s':>10} "
-        f"{'WAITING ON':<16} {'RETX':>5}"
+        f"{'WAITING ON':<16} {'RETX':>5} RECONNECTED"
     )
     lines = [head, cols]
     for r in rows:
@@ -114,7 +119,7 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
         line = (
             f"{r['rank']:>4} {str(r.get('host', '?'))[:12]:<12} {r.get('pid', 0):>7} {call[:22]:<22} "
             f"{(w.get('for_s') or 0):>6.2f}s {w.get('calls', 0):>8} {w.get('busbw_GBps', 0):>10.3f} "
-            f"{waiting:<16} {w.get('retransmits', 0):>5}"
+            f"{waiting:<16} {w.get('retransmits', 0):>5} {_reconnects(w.get('reconnects')):<11}"
         )
         if r.get("state") in ("finished", "exited"):
             line += f"  {r['state'].upper()}"

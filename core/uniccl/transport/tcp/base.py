@@ -66,6 +66,7 @@ class _MeshBase:
     knows of its peers: where they are, whether their process is stopped."""
 
     rank: int
+    size: int
     table: list  # per job rank: what it published through the rendezvous (address, host, pid, ...)
     _host: str  # this host (host_key())
     closed: bool
@@ -76,6 +77,7 @@ class _MeshBase:
     _posted: dict  # (peer, ctx, tag) -> deque of _Recv
     _dead: dict  # peer -> reason
     _aborted: dict  # context base -> error
+    _rx: list  # per peer: integrity._RxState, what its reader knows of its stream
 
     def where(self, peer: int) -> str:
         t = self.table[peer]
@@ -110,5 +112,20 @@ class _MeshBase:
 
         def _copy_of(self, peer: int, msg_id: int) -> tuple: ...
 
+        def _kept_message(self, peer: int, msg_id: int) -> list | None: ...
+
         # control._Control: the answers to a peer's questions
         def _answer_sync(self, peer: int) -> None: ...
+
+        # sender._Sender
+        def _owe(self, out, views, kick: bool = True) -> None: ...
+
+        # mesh.Mesh
+        def _peer_lost(self, peer: int, exc, current=None) -> None: ...
+
+        # heal._Healer: connections made again
+        def can_heal(self, peer: int) -> bool: ...
+
+        def await_link(self, peer: int, gen: int, deadline) -> bool: ...
+
+        def broken_for(self, peer: int) -> float: ...

@@ -103,13 +103,17 @@ class _Kept:
 
 
 class _RxState:
-    """What one reader knows about its peer's stream: the message being filled (failed if the
-    connection drops), the corrupted message awaited again and what arrived after it."""
+    """What one reader knows about its peer's stream: the message being filled (``key``: its
+    (peer, context, tag); failed if the connection drops, or waits for it again if it heals), the
+    id of the next checked message it expects (those before it were delivered), the corrupted
+    message awaited again and what arrived after it."""
 
-    __slots__ = ("current", "awaiting", "held", "tries", "sync")
+    __slots__ = ("current", "key", "next_id", "awaiting", "held", "tries", "sync")
 
     def __init__(self):
         self.current = None
+        self.key = None
+        self.next_id = 0
         self.awaiting = None
         self.held = collections.deque()
         self.tries = 0
@@ -155,6 +159,15 @@ class _Integrity(_MeshBase):
             self.links[peer][4] += 1
         flags = _CHECKED | _RETRANSMIT | (_STAMPED if stamp else 0)
         return _head(ctx, tag, len(body), crc, flags, msg_id, stamp), body
+
+    def _kept_message(self, peer: int, msg_id: int) -> list | None:
+        """The pieces of message ``msg_id`` to ``peer`` as first sent, from its kept copy (a
+        healed connection's stream resumes with them); None when it is no longer kept."""
+        kept = self._kept.get(peer, msg_id)
+        if kept is None:
+            return None
+        ctx, tag, crc, body, stamp = kept
+        return [_head(ctx, tag, len(body), crc, _CHECKED | (_STAMPED if stamp else 0), msg_id, stamp), body]
 
     def _resend(self, peer: int, msg_id: int) -> None:
         """``peer`` got message ``msg_id`` corrupted: its sender thread sends the kept copy (the

@@ -30,6 +30,7 @@ from ..net import host_key, route_address
 from ..record import RECORD_BYTES
 from .base import _SENT, _Flushed, _Payload, _Recv, _start_time
 from .control import _Control
+from .heal import _Healer, _Link
 from .integrity import _checksums, _Integrity, _Kept, _RxState
 from .sender import _Out, _Sender
 from .tls import _TLSIdentity
@@ -60,10 +61,10 @@ from .wire import (
 )
 
 
-class Mesh(_Sender, _Integrity, _Control):
+class Mesh(_Sender, _Integrity, _Control, _Healer):
     """Sockets to every other rank of the job and the matching of incoming messages; its parts
-    send (:class:`_Sender`), check and keep copies (:class:`_Integrity`) and handle control
-    messages (:class:`_Control`)."""
+    send (:class:`_Sender`), check and keep copies (:class:`_Integrity`), handle control
+    messages (:class:`_Control`) and redial broken connections (:class:`_Healer`)."""
 
     def __init__(self, uid, rank: int, size: int, timeout: float):
         self.rank, self.size = rank, size
@@ -89,10 +90,14 @@ class Mesh(_Sender, _Integrity, _Control):
         self.send_locks = [threading.Lock() for _ in range(size)]
         try:
             self._connect(uid.secret, listener, timeout, tls)
-        finally:
+        except BaseException:
             listener.close()
+            raise
+        finally:
             if tls is not None:
                 tls.discard()
+        self._secret = uid.secret
+        self._links = [_Link() for _ in range(size)]
         self._lock = threading.Lock()
         self._posted: dict = {}  # (peer, ctx, tag) -> deque of _Recv
         self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
@@ -108,6 +113,7 @@ class Mesh(_Sender, _Integrity, _Control):
         self._begun: dict = {}  # data context -> number of the last call begun there (for probes)
         self.live = 0  # transports over this mesh not yet aborted
         self.checksums, self._crc, self._crc_at = _checksums()
+        self._heals = self.checksums and tls is None  # broken connections are redialled (heal.py)
         self._kept = _Kept(_env.size("UNICCL_TCP_RETAIN_BYTES"), size)
         self._next_id = [0] * size
         self._rx = [_RxState() for _ in range(size)]
@@ -130,6 +136,12 @@ class Mesh(_Sender, _Integrity, _Control):
             if sock is not None:
                 stream = self._outs[peer].tls or sock  # TLS: the reader decrypts as it reads
                 _threads.start(self._reader, args=(peer, stream), name=f"uniccl-tcp-r{rank}-from{peer}")
+        # the lower ranks' ends of broken connections are dialled here again (heal.py)
+        self._listener = listener if self._heals and size > 1 else None
+        if self._listener is None:
+            listener.close()
+        else:
+            _threads.start(self._serve_redials, args=(listener,), name=f"uniccl-tcp-listen{rank}")
 
     def _connect(self, secret: bytes, listener, timeout: float, tls=None) -> None:
         deadline = time.monotonic() + timeout
@@ -261,66 +273,80 @@ class Mesh(_Sender, _Integrity, _Control):
         self._fill(req, payload)
 
     def _reader(self, peer: int, sock) -> None:
+        """(thread) Read what ``peer`` sends, over each connection to it in turn (heal.py)."""
+        gen = 0
+        while sock is not None:
+            try:
+                self._read(peer, sock)
+            except (OSError, ConnectionError) as exc:
+                sock, gen = self._reconnect(peer, gen, exc)
+
+    def _read(self, peer: int, sock) -> None:
+        """Read messages from ``sock`` until it fails (OSError, ConnectionError)."""
         hdr = bytearray(_HEAD)
         hview = memoryview(hdr)
         rx = self._rx[peer]
-        try:
-            while True:
-                _recv_into(sock, hview)
-                ctx, tag, n, crc, flags, msg_id = _HDR.unpack_from(hdr)
-                stamp = bytes(hview[_HDR.size :]) if flags & _STAMPED else None
-                if tag == _ABORT_TAG:
-                    raw = bytearray(n)
-                    _recv_into(sock, memoryview(raw))
-                    told = self._notice_error(peer, raw)
-                    self._abort_local(peer, ctx, told)
-                    if isinstance(told, Revoked):
-                        self._revoked(peer, ctx, told.message)
-                    continue
-                if tag in _ASKED:
-                    raw = bytearray(n)
-                    _recv_into(sock, memoryview(raw))
-                    if tag == _PROBED_TAG or tag == _SYNCED_TAG:
-                        self._arrived(peer, ctx, tag, raw)
-                    elif tag == _PROBE_TAG:  # answered by this thread: the caller's thread may be anywhere
-                        self._answer_probe(peer, ctx)
-                    elif rx.awaiting is None:  # _SYNC_TAG: all before it is checked
-                        self._answer_sync(peer)
-                    else:  # a copy is still awaited: answered once it is in
-                        rx.sync = True
-                    continue
-                if tag == _NACK_TAG:
-                    raw = bytearray(n)
-                    _recv_into(sock, memoryview(raw))
-                    self._resend(peer, _NACK.unpack(raw)[0])
-                    continue
-                if flags & _GONE:
-                    self._unrecoverable(peer, rx, msg_id, "is no longer held by the sender")
-                    continue
-                if rx.awaiting is not None and not (flags & _RETRANSMIT and msg_id == rx.awaiting):
-                    payload = bytearray(n)  # after a corrupted message: held until its copy arrives
-                    _recv_into(sock, memoryview(payload))
-                    rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
-                    continue
-                timed = self.tracer is not None or (self.links is not None and n >= _TIMED_BYTES)
-                if timed:
-                    clock = time.perf_counter_ns if self.tracer is None else time.time_ns
-                    t0 = clock()
-                ok = self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
-                if timed:
-                    self._received(peer, ctx, tag, n, t0, clock())
-                elif self.links is not None:
-                    self.links[peer][2] += n
-                if ok and flags & _RETRANSMIT:
-                    rx.awaiting = None
-                    while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
-                        ctx, tag, n, crc, flags, msg_id, stamp, payload = rx.held.popleft()
-                        self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, payload=payload)
-                    if rx.sync and rx.awaiting is None:
-                        rx.sync = False
-                        self._answer_sync(peer)
-        except (OSError, ConnectionError) as exc:
-            self._peer_lost(peer, exc, rx.current)
+        while True:
+            _recv_into(sock, hview)
+            ctx, tag, n, crc, flags, msg_id = _HDR.unpack_from(hdr)
+            stamp = bytes(hview[_HDR.size :]) if flags & _STAMPED else None
+            if tag == _ABORT_TAG:
+                raw = bytearray(n)
+                _recv_into(sock, memoryview(raw))
+                told = self._notice_error(peer, raw)
+                self._abort_local(peer, ctx, told)
+                if isinstance(told, Revoked):
+                    self._revoked(peer, ctx, told.message)
+                continue
+            if tag in _ASKED:
+                raw = bytearray(n)
+                _recv_into(sock, memoryview(raw))
+                if tag == _PROBED_TAG or tag == _SYNCED_TAG:
+                    self._arrived(peer, ctx, tag, raw)
+                elif tag == _PROBE_TAG:  # answered by this thread: the caller's thread may be anywhere
+                    self._answer_probe(peer, ctx)
+                elif rx.awaiting is None:  # _SYNC_TAG: all before it is checked
+                    self._answer_sync(peer)
+                else:  # a copy is still awaited: answered once it is in
+                    rx.sync = True
+                continue
+            if tag == _NACK_TAG:
+                raw = bytearray(n)
+                _recv_into(sock, memoryview(raw))
+                self._resend(peer, _NACK.unpack(raw)[0])
+                continue
+            if flags & _GONE:
+                self._unrecoverable(peer, rx, msg_id, "is no longer held by the sender")
+                continue
+            if msg_id < rx.next_id and flags & _CHECKED:  # delivered already (sent again after a redial)
+                if n:
+                    _recv_into(sock, memoryview(bytearray(n)))
+                continue
+            if rx.awaiting is not None and not (flags & _RETRANSMIT and msg_id == rx.awaiting):
+                payload = bytearray(n)  # after a corrupted message: held until its copy arrives
+                _recv_into(sock, memoryview(payload))
+                rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
+                continue
+            timed = self.tracer is not None or (self.links is not None and n >= _TIMED_BYTES)
+            if timed:
+                clock = time.perf_counter_ns if self.tracer is None else time.time_ns
+                t0 = clock()
+            ok = self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
+            if timed:
+                self._received(peer, ctx, tag, n, t0, clock())
+            elif self.links is not None:
+                self.links[peer][2] += n
+            if ok and flags & _CHECKED:
+                rx.next_id = msg_id + 1
+            if ok and flags & _RETRANSMIT:
+                rx.awaiting = None
+                while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
+                    ctx, tag, n, crc, flags, msg_id, stamp, payload = rx.held.popleft()
+                    if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, payload=payload):
+                        rx.next_id = msg_id + 1
+                if rx.sync and rx.awaiting is None:
+                    rx.sync = False
+                    self._answer_sync(peer)
 
     def _revoked(self, peer: int, ctx: int, text: str) -> None:
         """Tell the communicator of ``ctx`` that ``peer`` revoked it (it may be gone)."""
@@ -347,7 +373,7 @@ class Mesh(_Sender, _Integrity, _Control):
         """What crossed the connection to (job rank) ``peer``: bytes sent and received, seconds
         spent sending (in sendall) and receiving (a message's header to its last byte) the
         messages of _TIMED_BYTES or more and the bandwidths those show, retransmissions sent to
-        it and checksum failures of what came from it."""
+        it, checksum failures of what came from it, and how often the connection was redialled."""
         if self.links is None:
             return {}
         tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_timed, rx_timed = self.links[peer]
@@ -363,6 +389,7 @@ class Mesh(_Sender, _Integrity, _Control):
             "recv_GBps": rx_timed / rx_ns if rx_ns else 0.0,
             "retransmits": resent,
             "checksum_failures": bad,
+            "reconnects": self.reconnects(peer),
         }
 
     def _receive(
@@ -381,12 +408,17 @@ class Mesh(_Sender, _Integrity, _Control):
     ) -> bool:
         """Read one message (from ``sock``, or take ``payload`` already read), verify it, deliver
         it; False when it is corrupted (it was asked for again)."""
-        key = (peer, ctx, tag)
+        key = rx.key = (peer, ctx, tag)
         with self._lock:
             if stamp is not None:
                 self._observe(ctx, tag, stamp[:RECORD_BYTES])
             req = rx.current = self._take_posted(key)
         fault = self.faults.on_message(peer) if self.faults is not None and flags & _CHECKED else ""
+        if fault == "disconnect" and sock is not None:  # the connection breaks, both processes live on
+            assert self.faults is not None  # a fault: injection is on
+            self.faults.injected[fault] += 1
+            self.socks[peer].shutdown(socket.SHUT_RDWR)
+            raise ConnectionError("connection reset (injected: disconnect)")
         if fault == "delay":
             assert self.faults is not None  # a fault: injection is on (no check on the path without)
             self.faults.injected["delay"] += 1
@@ -452,6 +484,10 @@ class Mesh(_Sender, _Integrity, _Control):
             remote_rank=peer,
             remote_type="ConnectionError",
         )
+        link = self._links[peer]
+        with link.cv:  # senders waiting for a redial give up
+            link.dead = True
+            link.cv.notify_all()
         with self._lock:
             self._dead[peer] = error
             keys = [k for k in self._posted if k[0] == peer]
@@ -466,6 +502,13 @@ class Mesh(_Sender, _Integrity, _Control):
         """Shut every connection (abort of the last communicator over this mesh), after at most
         1 s for what is still owed to the peers (notices behind a full socket)."""
         self.closed = True
+        if self._listener is not None:  # first: a peer's redial is then refused, as for a dead rank
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # (wakes the accept; close alone does not)
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
         deadline = time.monotonic() + 1.0
         for peer, out in enumerate(self._outs):
             if out is None:
@@ -497,6 +540,9 @@ class Mesh(_Sender, _Integrity, _Control):
             self.waiting = None
         if not ok:
             who = self.where(req.peer) if req.peer >= 0 else "a peer"
+            down = self.broken_for(req.peer) if req.peer >= 0 else 0.0
+            if down:
+                who += f" (its connection broke {down:.1f} s ago and is being redialled)"
             raise Timeout(
                 f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
                 rank=self.rank,

@@ -40,10 +40,11 @@ class _Out:
     timed-out send left; it goes out before anything else) -- both under the peer's send lock --
     and the jobs of its sender thread (under ``cv``)."""
 
-    __slots__ = ("peer", "sock", "tls", "pending", "jobs", "cv", "thread")
+    __slots__ = ("peer", "sock", "gen", "tls", "pending", "jobs", "cv", "thread")
 
     def __init__(self, peer: int, sock, tls=None):
         self.peer, self.sock, self.tls = peer, sock, tls
+        self.gen = 0  # the connection's generation (heal.py: one more per redial)
         self.pending: collections.deque[tuple[bool, memoryview]] = collections.deque()
         self.jobs: collections.deque[list] = collections.deque()  # [pieces, None] or [None, message id]
         self.cv = threading.Condition(threading.Lock())
@@ -86,7 +87,7 @@ class _Sender(_MeshBase):
 
     def _send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
         lock = self.send_locks[peer]
-        deadline = _LAZY
+        deadline, gen = _LAZY, -1
         try:
             if not lock.acquire(False):  # another thread sends to that peer: wait for it, within the limit
                 deadline = self._deadline()
@@ -104,6 +105,7 @@ class _Sender(_MeshBase):
                     else:
                         pieces = (head, _view(ptr, nbytes))
                 out = self._outs[peer]
+                gen = out.gen
                 if out.pending or out.tls is not None:
                     self._write(out, pieces, deadline)
                 else:  # _write's own loop, inlined: every call's path
@@ -120,6 +122,11 @@ class _Sender(_MeshBase):
         except _Stalled as exc:
             raise self._send_timeout(peer, exc.started) from None
         except OSError as exc:
+            # the connection broke: once it is redialled, the message goes again with all from the
+            # first one the peer did not get (heal.py)
+            if gen >= 0 and self.can_heal(peer):
+                if self.await_link(peer, gen, self._deadline() if deadline is _LAZY else deadline):
+                    return
             # a peer that gave up on this communicator (a death it saw, a timeout, an abort) says so
             # before it closes: wait for its reader to deliver that, and report it instead
             deadline = time.monotonic() + 1.0
@@ -260,29 +267,43 @@ class _Sender(_MeshBase):
                     out.cv.notify_all()  # idle: close() may wait for this
                     out.cv.wait()
                 job = out.jobs[0] if out.jobs else None
+            broke = -1
             with lock:
                 try:
+                    broke = out.gen
                     if job is None:
                         self._flush(out, None)
                         continue
                     if job[0] is None:
                         job[0] = self._copy_of(peer, job[1])
                     self._write(out, job[0], None)
+                    broke = -1
                     with out.cv:
                         out.jobs.popleft()
-                except OSError:  # the connection is gone: its reader reports it
-                    out.pending.clear()
-                    with out.cv:
-                        out.jobs.clear()
+                except OSError:  # the connection broke: below, outside the lock (a redial takes it)
+                    pass
                 except Exception:  # a bug: say so, and keep serving (a lost job would hang its peer)
                     from ...observability.log import logger
 
                     logger.exception("rank %d: the sender thread to rank %d dropped a message", self.rank, peer)
+                    broke = -1
                     if job is None:
                         out.pending.clear()
                     with out.cv:
                         if out.jobs and out.jobs[0] is job:
                             out.jobs.popleft()
+            if broke < 0:
+                continue
+            if self.can_heal(peer) and self.await_link(peer, broke, None):
+                if job is not None and job[1] is not None:  # a copy: the resumed stream sends it anyway
+                    with out.cv:
+                        if out.jobs and out.jobs[0] is job:
+                            out.jobs.popleft()
+                continue  # what is owed was replaced by the resumed stream; the job goes on the new one
+            with lock:  # the peer is lost: its reader reports it
+                out.pending.clear()
+                with out.cv:
+                    out.jobs.clear()
 
     def _notice(self, peer: int, data: bytes) -> None:
         """Put ``data`` (a whole message) on the stream to ``peer`` without waiting for the peer:
@@ -291,15 +312,17 @@ class _Sender(_MeshBase):
         if not lock.acquire(False):  # a send to it is in progress: the message goes after it
             self._kick(out, [(data,), None])
             return
+        job = None
         try:
             self._owe(out, [data], kick=False)
             done = self._flush(out, None, socket.MSG_DONTWAIT)
-        except OSError:
-            done = True  # gone: its reader sees the connection drop
+        except OSError:  # broken: its sender thread sends it once the connection is back
+            done = not self.can_heal(peer)  # (else gone: its reader sees the connection drop)
+            job = None if done else [(data,), None]
         finally:
             lock.release()
         if not done:
-            self._kick(out)
+            self._kick(out, job)
 
     def _try_send(self, peer: int, data: bytes, wait: float) -> bool:
         """Send ``data`` (a whole message) if the peer takes it within ``wait`` seconds."""

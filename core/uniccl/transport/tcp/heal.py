@@ -1,0 +1,363 @@
+"""Links that heal: a connection that breaks while both processes live (a reset, a NAT or firewall
+that drops it, an interface down for longer than TCP waits) is made again, and each stream
+resumes where its receiver stands: no message lost, none delivered twice.
+
+Each pair of ranks has a *generation*: 0 for the connection made at init, one more per redial.
+Only the higher rank dials, to the lower rank's listener (kept open after init); a lower rank
+whose side broke *pokes* the higher one (a short connection that says "generation g broke here"),
+so a break seen on either side is healed.  The dial's handshake is authenticated as init's (an
+HMAC of the job secret over the acceptor's nonce) and carries what each side has received from
+the other: the id of the next message it expects (ids number a sender's checked messages to one
+peer, :mod:`.integrity`).  Each side then owes the other, from its kept copies, every message
+from that id on, before anything new; a receiver drops a message whose id it already delivered.
+
+A dial or poke that is refused means the peer's listener is gone: its process died (or closed
+the mesh); it is reported at once, as a broken connection was before.  A peer that cannot be
+reached is tried again until UNICCL_TIMEOUT; calls waiting on it meanwhile end at their own
+timeouts, saying that the link is being redialled.
+
+Needs the kept copies (checksums on, the default) and plain TCP: with ``UNICCL_TCP_CHECKSUM=0``
+or under TLS a broken connection is a lost peer, as before.  A message larger than a quarter of
+``UNICCL_TCP_RETAIN_BYTES`` is not kept: a break while one is unread loses the peer.  Control
+notices (aborts, probes) that were in flight when a connection broke are not sent again.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from ... import _threads
+from ..._errors import Timeout
+from ...observability.log import logger
+from .base import _MeshBase
+from .wire import _SLICE_US, _recv_into
+
+_RESUME = struct.Struct("<IIQQ")  # the caller's rank, _DIAL or _POKE, a generation, the next message id it expects
+_ANSWER = struct.Struct("<IQ")  # _LATER / _TAKEN / _LOST, the next message id the acceptor expects
+_DIAL, _POKE = 1, 2
+_LATER, _TAKEN, _LOST = 0, 1, 2
+_HANDSHAKE_S = 5.0  # the most a handshake step may take (a peer that does not answer: try again)
+_PARK_S = 5.0  # the most an acceptor waits for its reader to leave the broken connection
+_POKE_S = 1.0  # a lower rank pokes this often while its link is down
+_HANDLERS = 16  # handshakes served at once (more connections wait in the listen backlog)
+
+
+class _Refused(Exception):
+    """The peer's listener refused: its process is gone, or it gave that link up."""
+
+
+class _Link:
+    """The connection to one peer beyond its socket: its generation, since when it is broken
+    (monotonic; 0: up), whether its reader has left the broken connection (``parked``), whether
+    the peer is lost for good (``dead``), and how many times it was redialled."""
+
+    __slots__ = ("gen", "broken", "parked", "dead", "cv", "reconnects", "busy")
+
+    def __init__(self):
+        self.gen = 0
+        self.broken = 0.0
+        self.parked = self.dead = False
+        self.cv = threading.Condition(threading.Lock())
+        self.reconnects = 0
+        self.busy = threading.Lock()  # one redial at a time is answered
+
+
+class _Healer(_MeshBase):
+    """The Mesh's part that redials broken connections (see the module)."""
+
+    _links: list[_Link]
+    _heals: bool  # copies are kept and the connections are plain TCP: links can heal
+    _secret: bytes
+    _listener: Any  # the socket the lower ranks listen on for redials (None: closed)
+    _pid: int
+    socks: list
+    send_locks: list[threading.Lock]
+    timeout: float
+    _kept: Any
+    _next_id: list[int]
+
+    def can_heal(self, peer: int) -> bool:
+        return self._heals and not self.closed and not self._links[peer].dead and os.getpid() == self._pid
+
+    def reconnects(self, peer: int) -> int:
+        """Times the connection to ``peer`` broke and was made again."""
+        return self._links[peer].reconnects
+
+    def broken_for(self, peer: int) -> float:
+        """Seconds the connection to ``peer`` has been down (0: up)."""
+        since = self._links[peer].broken
+        return time.monotonic() - since if since else 0.0
+
+    def _break(self, peer: int, gen: int) -> None:
+        """The connection of generation ``gen`` to ``peer`` broke: shut it, so that its reader and
+        any send on it stop at once (nothing if a later generation is up already)."""
+        link = self._links[peer]
+        with link.cv:
+            if link.gen != gen:
+                return
+            if not link.broken:
+                link.broken = time.monotonic()
+            sock = self.socks[peer]
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------- the reader's side
+    def _reconnect(self, peer: int, gen: int, exc) -> tuple:
+        """(the reader thread of ``peer``) Its connection of generation ``gen`` broke with ``exc``:
+        (the new connection, its generation) once healed, or (None, gen) when the peer is lost
+        (reported)."""
+        if not self.can_heal(peer):
+            self._peer_lost(peer, exc, self._rx[peer].current)
+            return None, gen
+        self._break(peer, gen)
+        self._park(peer)
+        link = self._links[peer]
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        logger.warning("rank %d: the connection to %s broke (%s); redialling", self.rank, self.where(peer), exc)
+        delay, attempt = 0.01, gen
+        try:
+            while True:
+                with link.cv:
+                    if link.gen > gen:  # healed (by the acceptor's thread, or by ours below)
+                        link.parked = False
+                        return self.socks[peer], link.gen
+                if link.dead or self.closed:
+                    raise _Refused("the mesh was closed" if self.closed else "it was given up")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise _Refused(f"it could not be reached again within {self.timeout:g} s")
+                if peer < self.rank:  # each dial a new generation: one whose answer was lost is not taken again
+                    attempt += 1
+                    if self._dial(peer, attempt):
+                        continue
+                    time.sleep(delay)
+                    delay = min(0.5, delay * 2)
+                else:
+                    self._poke(peer, gen)
+                    with link.cv:
+                        if link.gen == gen:
+                            link.cv.wait(_POKE_S)
+        except _Refused as why:
+            self._peer_lost(peer, f"{exc}; redialling failed: {why}")
+            return None, gen
+
+    def _park(self, peer: int) -> None:
+        """(reader thread) Leave the broken connection: a message half read waits to come again,
+        nothing is awaited or held any more (it all comes again, from the first id not delivered)."""
+        rx = self._rx[peer]
+        req = rx.current
+        if req is not None and not req.done.is_set():
+            with self._lock:
+                self._posted.setdefault(rx.key, collections.deque()).appendleft(req)
+        rx.current, rx.awaiting, rx.tries = None, None, 0
+        rx.held.clear()
+        if rx.sync:  # a sync asked while a copy was awaited: all it sent before is delivered again first
+            rx.sync = False
+            self._answer_sync(peer)
+        link = self._links[peer]
+        with link.cv:
+            link.parked = True
+            link.cv.notify_all()
+
+    def _connect_to(self, peer: int, kind: int, gen: int):
+        """A connection to ``peer``'s listener, the handshake done: (socket, what it answered)."""
+        t = self.table[peer]
+        try:
+            sock = socket.create_connection((t["addr"], t["port"]), timeout=_HANDSHAKE_S)
+        except ConnectionRefusedError:
+            raise _Refused("its listener refused (its process is gone)") from None
+        except OSError:
+            return None, None
+        try:
+            nonce = bytearray(16)
+            _recv_into(sock, memoryview(nonce))
+            head = _RESUME.pack(self.rank, kind, gen, self._rx[peer].next_id)
+            sock.sendall(head + hmac.new(self._secret, bytes(nonce) + head, hashlib.sha256).digest())
+            answer = bytearray(_ANSWER.size)
+            _recv_into(sock, memoryview(answer))
+        except (OSError, ConnectionError):
+            sock.close()
+            return None, None
+        return sock, _ANSWER.unpack(answer)
+
+    def _dial(self, peer: int, gen: int) -> bool:
+        """(the higher rank's reader) Connect again as generation ``gen``: True once healed."""
+        sock, answer = self._connect_to(peer, _DIAL, gen)
+        if sock is None:
+            return False
+        status, want = answer
+        if status == _LOST:
+            sock.close()
+            raise _Refused("it gave the link up")
+        if status != _TAKEN:
+            sock.close()
+            return False
+        return self._adopt_link(peer, sock, gen, want)
+
+    def _poke(self, peer: int, gen: int) -> None:
+        """(the lower rank's reader) Tell the higher rank that generation ``gen`` broke here."""
+        sock, answer = self._connect_to(peer, _POKE, gen)
+        if sock is not None:
+            sock.close()
+            if answer[0] == _LOST:
+                raise _Refused("it gave the link up")
+
+    # ----------------------------------------------------------- the acceptor's side
+    def _serve_redials(self, listener) -> None:
+        """(thread) Answer the redials and pokes of peers, each handshake in a thread of its own."""
+        slots = threading.BoundedSemaphore(_HANDLERS)
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return  # closed (the mesh was)
+            if not slots.acquire(blocking=False):
+                sock.close()  # a flood: the real peer tries again
+                continue
+            _threads.start(self._answer, args=(sock, slots), name=f"uniccl-tcp-redial{self.rank}")
+
+    def _answer(self, sock, slots) -> None:
+        try:
+            sock.settimeout(_HANDSHAKE_S)
+            nonce = secrets.token_bytes(16)
+            sock.sendall(nonce)
+            raw = bytearray(_RESUME.size + 32)
+            _recv_into(sock, memoryview(raw))
+            peer, kind, gen, want = _RESUME.unpack_from(raw)
+            head = bytes(raw[: _RESUME.size])
+            expect = hmac.new(self._secret, nonce + head, hashlib.sha256).digest()
+            if not hmac.compare_digest(bytes(raw[_RESUME.size :]), expect) or not 0 <= peer < self.size:
+                sock.close()  # not one of ours
+                return
+            if peer == self.rank or not self.can_heal(peer):
+                sock.sendall(_ANSWER.pack(_LOST, 0))
+                sock.close()
+                return
+            link = self._links[peer]
+            if kind == _POKE:  # the lower rank's side broke: mine is broken too, the reader redials
+                sock.sendall(_ANSWER.pack(_LATER, 0))
+                sock.close()
+                self._break(peer, gen)
+                return
+            if kind != _DIAL or peer < self.rank or not link.busy.acquire(blocking=False):
+                sock.sendall(_ANSWER.pack(_LATER, 0))
+                sock.close()
+                return
+            try:
+                self._take_dial(peer, sock, gen, want)
+            finally:
+                link.busy.release()
+        except (OSError, ConnectionError, _Refused):  # (_Refused: given up, its reader reports it)
+            sock.close()
+        finally:
+            slots.release()
+
+    def _take_dial(self, peer: int, sock, gen: int, want: int) -> None:
+        """A higher rank dialled as generation ``gen``, expecting message ``want`` next."""
+        link = self._links[peer]
+        with link.cv:
+            current = link.gen
+        if gen <= current:
+            sock.sendall(_ANSWER.pack(_LATER, 0))  # stale
+            sock.close()
+            return
+        self._break(peer, current)  # it broke on the other side: here too
+        with link.cv:
+            link.cv.wait_for(lambda: link.parked or link.dead, _PARK_S)
+            parked = link.parked and not link.dead
+        if not parked:
+            sock.sendall(_ANSWER.pack(_LATER, 0))
+            sock.close()
+            return
+        if self._owed(peer, want) is None:  # (checked again under the send lock, then sent)
+            sock.sendall(_ANSWER.pack(_LOST, 0))
+            sock.close()
+            self._give_up(peer, want)
+            return
+        sock.sendall(_ANSWER.pack(_TAKEN, self._rx[peer].next_id))
+        self._adopt_link(peer, sock, gen, want)
+
+    # ------------------------------------------------------------------ both sides
+    def _owed(self, peer: int, want: int) -> list | None:
+        """The pieces of every message to ``peer`` from id ``want`` on, as first sent; None when
+        one is no longer kept."""
+        if want > self._next_id[peer]:
+            return None
+        owed = [self._kept_message(peer, i) for i in range(want, self._next_id[peer])]
+        return None if any(m is None for m in owed) else owed
+
+    def _give_up(self, peer: int, want: int) -> None:
+        link = self._links[peer]
+        with link.cv:
+            link.dead = True
+            link.cv.notify_all()
+        logger.warning(
+            "rank %d: the connection to %s cannot resume: message %d or a later one is no longer kept "
+            "(larger than a quarter of UNICCL_TCP_RETAIN_BYTES, or overwritten)",
+            self.rank,
+            self.where(peer),
+            want,
+        )
+
+    def _adopt_link(self, peer: int, sock, gen: int, want: int) -> bool:
+        """Make ``sock`` the connection of generation ``gen`` to ``peer``, owing it every kept
+        message from id ``want`` on (sent by its sender thread, before anything new)."""
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, _SLICE_US))
+        link, out = self._links[peer], self._outs[peer]
+        with self.send_locks[peer]:  # no send goes on the old stream any more
+            owed = self._owed(peer, want)
+            if owed is None:
+                sock.close()
+                self._give_up(peer, want)
+                raise _Refused(f"message {want} or a later one is no longer kept")
+            with link.cv:  # the socket and its generation change together (_break reads both)
+                old, self.socks[peer], out.sock, out.gen = self.socks[peer], sock, sock, gen
+                out.pending.clear()  # the rest of a message begun on the old stream: it comes again whole
+                for pieces in owed:
+                    self._owe(out, pieces, kick=False)
+                link.gen, link.broken = gen, 0.0
+                link.reconnects += 1
+                link.cv.notify_all()
+        try:
+            old.close()
+        except OSError:
+            pass
+        self._kick(out)
+        logger.warning(
+            "rank %d: the connection to %s is back (redial %d); %d message(s) sent again",
+            self.rank,
+            self.where(peer),
+            gen,
+            len(owed),
+        )
+        return True
+
+    def await_link(self, peer: int, gen: int, deadline) -> bool:
+        """(a sender whose write on generation ``gen`` failed) Wait until the link is redialled
+        (True) or the peer is lost (False); Timeout when ``deadline`` (monotonic) passes first."""
+        self._break(peer, gen)
+        link = self._links[peer]
+        with link.cv:
+            while link.gen <= gen and not link.dead:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Timeout(
+                        f"rank {self.rank}: the connection to {self.where(peer)} broke "
+                        f"{self.broken_for(peer):.1f} s ago and is not redialled yet",
+                        rank=self.rank,
+                        missing_ranks=[peer],
+                    )
+                link.cv.wait(left)
+            return not link.dead
