@@ -4,7 +4,8 @@ collective's values are checked against numpy (tests/workers/link_heal.py).
 
 - Real resets on loopback: ``ss -K`` kills every connection of rank 0's, both ends, three times
   while the ranks call all_reduce (uniccl run, TCP, no fault injection).
-- ``UNICCL_FAULT_INJECT=disconnect=P``: connections shut down at random under every collective.
+- ``UNICCL_FAULT_INJECT=disconnect=P``: connections shut down at random under every collective,
+  over plain TCP and over TLS.
 - Two hosts (network namespaces): the veth of one taken down for 2 s in the middle of a 256 MiB
   all_reduce at 4 ranks, alone and with its connections reset meanwhile (``ss -K`` there, as a
   NAT or firewall that dropped them would).
@@ -90,12 +91,15 @@ def test_connections_reset_under_all_reduce_are_redialled(tmp_path):
     assert "is back (redial" in out, out[-3000:]  # (UNICCL_DEBUG=WARN: each redial is logged)
 
 
-def test_injected_disconnects_lose_nothing(tmp_path):
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_injected_disconnects_lose_nothing(tls):
+    """Redialled connections under TLS are TLS again, between the same pinned certificates."""
+    if tls and not shutil.which("openssl"):
+        pytest.skip("UNICCL_TCP_TLS=1 needs the openssl program")
     n = 3
     cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), WORKER, "fault", "4"]
-    res = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=180, env=_env(UNICCL_FAULT_INJECT="disconnect=0.03,seed=5")
-    )
+    env = _env(UNICCL_FAULT_INJECT="disconnect=0.03,seed=5", **({"UNICCL_TCP_TLS": "1"} if tls else {}))
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = _rows(res.stdout)
     assert [r["rank"] for r in rows] == list(range(n)), res.stdout

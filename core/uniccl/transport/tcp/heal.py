@@ -16,8 +16,9 @@ the mesh); it is reported at once, as a broken connection was before.  A peer th
 reached is tried again until UNICCL_TIMEOUT; calls waiting on it meanwhile end at their own
 timeouts, saying that the link is being redialled.
 
-Needs the kept copies (checksums on, the default) and plain TCP: with ``UNICCL_TCP_CHECKSUM=0``
-or under TLS a broken connection is a lost peer, as before.  A message larger than a quarter of
+Needs the kept copies (checksums on, the default): with ``UNICCL_TCP_CHECKSUM=0`` a broken
+connection is a lost peer, as before.  Under ``UNICCL_TCP_TLS=1`` a redialled connection is TLS
+again, between the same pinned certificates (each rank keeps its key in memory for that).  A message larger than a quarter of
 ``UNICCL_TCP_RETAIN_BYTES`` is not kept: a break while one is unread loses the peer.  Control
 notices (aborts, probes) that were in flight when a connection broke are not sent again.
 """
@@ -75,8 +76,9 @@ class _Healer(_MeshBase):
     """The Mesh's part that redials broken connections (see the module)."""
 
     _links: list[_Link]
-    _heals: bool  # copies are kept and the connections are plain TCP: links can heal
+    _heals: bool  # copies are kept: links can heal
     _secret: bytes
+    _tls: Any  # this rank's _TLSIdentity under UNICCL_TCP_TLS=1, else None
     _listener: Any  # the socket the lower ranks listen on for redials (None: closed)
     _pid: int
     socks: list
@@ -131,7 +133,7 @@ class _Healer(_MeshBase):
                 with link.cv:
                     if link.gen > gen:  # healed (by the acceptor's thread, or by ours below)
                         link.parked = False
-                        return self.socks[peer], link.gen
+                        return self._outs[peer].tls or self.socks[peer], link.gen
                 if link.dead or self.closed:
                     raise _Refused("the mesh was closed" if self.closed else "it was given up")
                 if deadline is not None and time.monotonic() > deadline:
@@ -202,7 +204,8 @@ class _Healer(_MeshBase):
         if status != _TAKEN:
             sock.close()
             return False
-        return self._adopt_link(peer, sock, gen, want)
+        stream = self._secure(peer, sock, False)
+        return stream is not None and self._adopt_link(peer, sock, gen, want, stream)
 
     def _poke(self, peer: int, gen: int) -> None:
         """(the lower rank's reader) Tell the higher rank that generation ``gen`` broke here."""
@@ -285,9 +288,23 @@ class _Healer(_MeshBase):
             self._give_up(peer, want)
             return
         sock.sendall(_ANSWER.pack(_TAKEN, self._rx[peer].next_id))
-        self._adopt_link(peer, sock, gen, want)
+        stream = self._secure(peer, sock, True)
+        if stream is not None:
+            self._adopt_link(peer, sock, gen, want, stream)
 
     # ------------------------------------------------------------------ both sides
+    def _secure(self, peer: int, sock, server_side: bool):
+        """Under TLS, the handshake on the new connection (the stream, None if it failed: the
+        dialer tries again); plain TCP: False, no stream."""
+        if self._tls is None:
+            return False
+        try:
+            return self._tls.handshake(self, sock, peer, server_side, self._secret)
+        except (OSError, ConnectionError) as exc:
+            logger.warning("rank %d: TLS on the redialled connection to rank %d failed: %s", self.rank, peer, exc)
+            sock.close()
+            return None
+
     def _owed(self, peer: int, want: int) -> list | None:
         """The pieces of every message to ``peer`` from id ``want`` on, as first sent; None when
         one is no longer kept."""
@@ -309,9 +326,10 @@ class _Healer(_MeshBase):
             want,
         )
 
-    def _adopt_link(self, peer: int, sock, gen: int, want: int) -> bool:
-        """Make ``sock`` the connection of generation ``gen`` to ``peer``, owing it every kept
-        message from id ``want`` on (sent by its sender thread, before anything new)."""
+    def _adopt_link(self, peer: int, sock, gen: int, want: int, stream) -> bool:
+        """Make ``sock`` (``stream``: its TLS, or False) the connection of generation ``gen`` to
+        ``peer``, owing it every kept message from id ``want`` on (sent by its sender thread,
+        before anything new)."""
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, _SLICE_US))
@@ -324,6 +342,7 @@ class _Healer(_MeshBase):
                 raise _Refused(f"message {want} or a later one is no longer kept")
             with link.cv:  # the socket and its generation change together (_break reads both)
                 old, self.socks[peer], out.sock, out.gen = self.socks[peer], sock, sock, gen
+                out.tls = stream or None
                 out.pending.clear()  # the rest of a message begun on the old stream: it comes again whole
                 for pieces in owed:
                     self._owe(out, pieces, kick=False)

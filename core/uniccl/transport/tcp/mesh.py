@@ -92,10 +92,10 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             self._connect(uid.secret, listener, timeout, tls)
         except BaseException:
             listener.close()
-            raise
-        finally:
             if tls is not None:
                 tls.discard()
+            raise
+        self._tls = tls  # kept (its key in memory) for the redials of broken connections: heal.py
         self._secret = uid.secret
         self._links = [_Link() for _ in range(size)]
         self._lock = threading.Lock()
@@ -113,7 +113,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         self._begun: dict = {}  # data context -> number of the last call begun there (for probes)
         self.live = 0  # transports over this mesh not yet aborted
         self.checksums, self._crc, self._crc_at = _checksums()
-        self._heals = self.checksums and tls is None  # broken connections are redialled (heal.py)
+        self._heals = self.checksums  # broken connections are redialled (heal.py): the copies are kept
         self._kept = _Kept(_env.size("UNICCL_TCP_RETAIN_BYTES"), size)
         self._next_id = [0] * size
         self._rx = [_RxState() for _ in range(size)]
@@ -140,6 +140,8 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         self._listener = listener if self._heals and size > 1 else None
         if self._listener is None:
             listener.close()
+            if tls is not None:
+                tls.discard()
         else:
             _threads.start(self._serve_redials, args=(listener,), name=f"uniccl-tcp-listen{rank}")
 
