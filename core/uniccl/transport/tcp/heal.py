@@ -39,7 +39,7 @@ from typing import Any
 from ... import _threads
 from ..._errors import Timeout
 from ...observability.log import logger
-from .base import _MeshBase
+from .base import _MeshBase, _proc_state
 from .wire import _SLICE_US, _recv_into
 
 _RESUME = struct.Struct("<IIQQ")  # the caller's rank, _DIAL or _POKE, a generation, the next message id it expects
@@ -138,20 +138,28 @@ class _Healer(_MeshBase):
                     raise _Refused("the mesh was closed" if self.closed else "it was given up")
                 if deadline is not None and time.monotonic() > deadline:
                     raise _Refused(f"it could not be reached again within {self.timeout:g} s")
+                if self._gone(peer):
+                    raise _Refused("its process is gone")
                 if peer < self.rank:  # each dial a new generation: one whose answer was lost is not taken again
                     attempt += 1
                     if self._dial(peer, attempt):
                         continue
-                    time.sleep(delay)
-                    delay = min(0.5, delay * 2)
-                else:
-                    self._poke(peer, gen)
-                    with link.cv:
-                        if link.gen == gen:
-                            link.cv.wait(_POKE_S)
+                    wait = delay
+                else:  # once the higher rank heard the poke, it redials: wait for that
+                    wait = _POKE_S if self._poke(peer, gen) else delay
+                delay = min(0.5, delay * 2)  # (a dying peer's listener may still take a connection)
+                with link.cv:
+                    if link.gen == gen and not link.dead:
+                        link.cv.wait(wait)
         except _Refused as why:
             self._peer_lost(peer, f"{exc}; redialling failed: {why}")
             return None, gen
+
+    def _gone(self, peer: int) -> bool:
+        """On this host: ``peer``'s process has exited (no longer in /proc, or a zombie), so no
+        redial can reach it (elsewhere its listener's refusal says so)."""
+        t = self.table[peer]
+        return t.get("host") == self._host and _proc_state(t["pid"], t.get("start")) in ("", "Z", "X")
 
     def _park(self, peer: int) -> None:
         """(reader thread) Leave the broken connection: a message half read waits to come again,
@@ -207,13 +215,16 @@ class _Healer(_MeshBase):
         stream = self._secure(peer, sock, False)
         return stream is not None and self._adopt_link(peer, sock, gen, want, stream)
 
-    def _poke(self, peer: int, gen: int) -> None:
-        """(the lower rank's reader) Tell the higher rank that generation ``gen`` broke here."""
+    def _poke(self, peer: int, gen: int) -> bool:
+        """(the lower rank's reader) Tell the higher rank that generation ``gen`` broke here:
+        True once it answered."""
         sock, answer = self._connect_to(peer, _POKE, gen)
-        if sock is not None:
-            sock.close()
-            if answer[0] == _LOST:
-                raise _Refused("it gave the link up")
+        if sock is None:
+            return False
+        sock.close()
+        if answer[0] == _LOST:
+            raise _Refused("it gave the link up")
+        return True
 
     # ----------------------------------------------------------- the acceptor's side
     def _serve_redials(self, listener) -> None:
