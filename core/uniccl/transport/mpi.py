@@ -241,9 +241,12 @@ class MPITransport(Transport):
         if self._verdict is None:
             revoked = cls == MPI.ERR_REVOKED or any(c.Is_revoked() for c in (self.data, self.p2p, self.agree))
             self._verdict = self._notice(1.0 if revoked else 0.0) or self._died(peer)
-        if self._verdict is None:
-            return exc  # (ERR_IN_STATUS of another cause)
+        return exc if self._verdict is None else self._said()  # (None: ERR_IN_STATUS of another cause)
+
+    def _said(self) -> UnicclError:
+        """A new raisable copy of why this communicator ended (``_verdict``)."""
         v = self._verdict
+        assert v is not None
         return type(v)(v.message, rank=self.rank, **v.extra)
 
     def _heard(self) -> None:
@@ -259,10 +262,8 @@ class MPITransport(Transport):
             raise self._failure(exc) from None
         if told:
             if self._verdict is None:
-                self._verdict = self._notice(0.0)
-            v = self._verdict
-            assert v is not None  # (the notice Iprobe saw is there)
-            raise type(v)(v.message, rank=self.rank, **v.extra)
+                self._verdict = self._notice(0.0)  # (the one Iprobe saw)
+            raise self._said()
 
     def _notice(self, wait: float) -> UnicclError | None:
         """The first member's notice of why it gave up on this communicator, waiting at most
