@@ -3,6 +3,7 @@ loops all_reduce; the last rank SIGKILLs itself at step 5.  The survivors' call 
 RemoteError naming it (no job abort), they shrink() to a communicator of the survivors and run
 an all_reduce on it, checked against numpy (float64).  Prints one JSON line per survivor."""
 
+import faulthandler
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import numpy as np
 
 import uniccl
 
+faulthandler.dump_traceback_later(60, exit=True)  # a hang says where, inside the test's 120 s
 comm = uniccl.init(timeout=30)
 rank, size = comm.rank, comm.size
 victim = size - 1

@@ -376,9 +376,13 @@ class MPITransport(Transport):
         if isinstance(new, MPI.Exception):
             raise InternalError(f"MPIX_Comm_shrink failed: {new}", op="shrink", rank=self.rank)
         try:
-            return MPITransport(new)
+            ordered = new.Split(0, self.rank)  # the survivors keep their order (shrink's own is not promised)
         finally:
             new.Free()
+        try:
+            return MPITransport(ordered)
+        finally:
+            ordered.Free()
 
     def isend(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
         buf = self._frombuf(ptr, nbytes, readonly=True)
