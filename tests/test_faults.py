@@ -54,16 +54,16 @@ def test_doctor_names_the_rank_that_skipped_and_the_operation(transport, tmp_pat
     res = subprocess.run(
         [sys.executable, "-m", "uniccl", "doctor", "--json", str(dumps)], capture_output=True, text=True, timeout=60
     )
-    assert res.returncode == 0, res.stderr
-    (report,) = json.loads(res.stdout)
-    div = report["divergence"]
-    assert div["seq"] == 1 and div["absent"] == [2] and report["waited_for"] == [2], report
-    assert div["calls"][0]["call"] == "all_reduce(float32, 1000)" and div["calls"][0]["ranks"] == [0, 1]
-    assert div["calls"][0]["site"].endswith("(<module>)") and "faults.py:" in div["calls"][0]["site"]
+    assert res.returncode == 1, res.stderr  # a verdict was found
+    (v,) = json.loads(res.stdout)["verdicts"]
+    assert v["kind"] == "stuck-outside" and v["seq"] == 1 and v["ranks"] == [2], v
+    assert v["detail"]["waited_on_by"] == [0, 1], v
     text = subprocess.run(
         [sys.executable, "-m", "uniccl", "doctor", str(dumps)], capture_output=True, text=True, timeout=60
     ).stdout
-    assert "rank 2 never started call #1 (the others waited for them)" in text, text
+    assert "rank 2 never made call #1 all_reduce(float32, 1000) that ranks 0, 1 wait in" in text, text
+    site = text.split("rank 0: last completed call #0 all_reduce(float32, 1000) at ")[1].split("\n")[0]
+    assert site.endswith("(<module>)") and "faults.py:" in site, text
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

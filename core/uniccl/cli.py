@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
         ("bench", _bench, "nccl-tests style collective benchmark"),
         ("run", _run, "launch a job: local, mpi, ssh or slurm launcher"),
         ("examples", _examples, "run examples/*.py under the launcher; one log each, a summary table"),
-        ("doctor", _doctor, "line up the ranks' flight-recorder dumps; print the first divergence"),
+        ("doctor", _doctor, "what is wrong with a job: verdicts from its dumps and traces, or live (--live)"),
         ("report", _report, "one HTML page with plots and findings from a job's traces and stats"),
         ("top", _top, "live view of a running job: per rank its call, bandwidth, what it waits on"),
         ("trace", _trace, "traces written under UNICCL_TRACE=DIR: merge the ranks onto one timeline"),
@@ -52,7 +53,11 @@ def main(argv=None) -> int:
         module.add_arguments(p)
         p.set_defaults(func=module.main)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `uniccl doctor DIR | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ and by a group's point-to-point transfers (:mod:`.group`); the functions take th
 
 from __future__ import annotations
 
+import os
+
 from .._errors import InvalidArgument, RemoteError, Revoked, Timeout, UnicclError
 from ..observability import flight as _fl
 from ..observability.log import logger
+from ..reliability import procs
 from ..transport.mpi import abort_at_exit
 
 
@@ -39,6 +42,25 @@ def trace_call(comm, plan, seq, t0: int, t1: int, failed: str | None = None) -> 
             track = "reduce" if peer < 0 else f"{kind} {'to' if kind == 'write' else 'from'} rank {peer}"
             tracer.span("transfer", track, e0, e1, {"bytes": nbytes, "kind": kind, "peer": peer, "seq": seq})
     tracer.span(plan.name, "calls", t0, t1, args)
+
+
+def _named(comm, exc: UnicclError) -> dict:
+    """{rank: host, pid and, on this host, /proc state} of the ranks ``exc`` names (those waited
+    for, the remote one): what ``uniccl doctor`` says they were doing ("stopped", "in I/O")."""
+    if not os.environ.get("UNICCL_DUMP_DIR"):  # (where flight.dump writes: nothing to say)
+        return {}
+    ranks = set(exc.extra.get("missing_ranks") or ())
+    if exc.extra.get("remote_rank") is not None:
+        ranks.add(exc.extra["remote_rank"])
+    table = comm._t.processes()
+    out = {}
+    for r in sorted(ranks):
+        if 0 <= r < len(table):
+            p = dict(table[r])
+            if p["local"]:
+                p["state"] = procs.state(p["pid"], p["start"])
+            out[str(r)] = p
+    return out
 
 
 def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
@@ -84,7 +106,7 @@ def failed(comm, plan, seq, timeout: float, exc: UnicclError) -> UnicclError:
         abort_at_exit()  # a peer is dead: MPI_Finalize would wait for it at exit
     comm._flight.finished(plan.entry, exc)
     if not isinstance(exc, InvalidArgument):
-        path = comm._flight.dump(reason=type(exc).__name__, error=exc)
+        path = comm._flight.dump(reason=type(exc).__name__, error=exc, processes=_named(comm, exc))
         if path:
             logger.warning("rank %d: %s; flight recorder written to %s", comm.rank, type(exc).__name__, path)
     return exc

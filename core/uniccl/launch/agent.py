@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 
-from .. import _threads
+from .. import _safefs, _threads
 
 STATUS_MARK = "\x1euniccl-agent "  # starts the agent's status line among the ranks' output
 TAIL_LINES = 20
@@ -308,6 +308,20 @@ class NodeJob:
             "node": self.node_rank,
         }
 
+    def _note_exit(self, record: dict) -> None:
+        """With ``UNICCL_DUMP_DIR`` set, how a rank ended goes beside the flight-recorder dumps,
+        as ``uniccl-exit-r<rank>.json``: ``uniccl doctor`` names the dead rank and its signal.
+        (Only the rank whose end is the job's failure, or one lost under recovery: the ranks the
+        launcher then stops ended because it did.)"""
+        directory = self.env.get("UNICCL_DUMP_DIR") or os.environ.get("UNICCL_DUMP_DIR")
+        if not directory:
+            return
+        try:
+            os.makedirs(directory, exist_ok=True)
+            _safefs.write_file(os.path.join(directory, f"uniccl-exit-r{record['rank']}.json"), json.dumps(record))
+        except OSError as exc:  # a side channel: never the job's failure
+            self.say(f"could not write rank {record['rank']}'s exit to {directory}: {exc}")
+
     def check(self) -> str:
         """ "running", "done" (every rank exited 0) or "failed" (``self.failure`` says who).
         With recovery a rank that fails while others run is lost, not a failure; once all have
@@ -329,6 +343,7 @@ class NodeJob:
             r = min(failed, key=lambda r: r.ended)
             code = r.proc.returncode
             self.failure = self._record(r.rank, r.proc.pid, describe_exit(code), code)
+            self._note_exit(self.failure)
             self.failure["last_lines"] = list(r.tail)
             return "failed"
         if running:
@@ -346,6 +361,7 @@ class NodeJob:
         again = r.restart < self.max_restarts
         lost = dict(self._record(r.rank, r.proc.pid, describe_exit(code), code), restarted=again)
         self.lost.append(lost)
+        self._note_exit(lost)
         live = sum(p.proc.poll() is None for p in self.procs)
         self.say(
             f"rank {r.rank} on host {self.host}, pid {r.proc.pid} {lost['why']}; the job goes on without it "

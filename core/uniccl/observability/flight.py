@@ -89,6 +89,9 @@ class FlightRecorder:
         self.name, self.rank, self.size = name, rank, size
         self.entries: collections.deque = collections.deque(maxlen=capacity() if cap is None else cap)
         self.enabled = self.entries.maxlen > 0
+        # (error, processes) of the last dump written for a failure: a later dump (the signal that
+        # then ends the process) keeps them, so that it does not replace the cause with "SIGTERM"
+        self._failure: tuple = (None, None)
         # the compiled call path's rows (uniccl.comm._fastpath.Ring: entries(), newest()), or None
         self.compiled = None
         _recorders.add(self)  # dumped when a signal ends the process (see arm_signal_dumps)
@@ -162,7 +165,9 @@ class FlightRecorder:
             return theirs
         return mine
 
-    def snapshot(self, reason: str = "on demand", error: BaseException | None = None) -> dict:
+    def snapshot(
+        self, reason: str = "on demand", error: BaseException | None = None, processes: dict | None = None
+    ) -> dict:
         from .._types import dtype_name
 
         entries = self.all()
@@ -194,23 +199,34 @@ class FlightRecorder:
                 "message": str(error),
                 "missing_ranks": getattr(error, "missing_ranks", None),
                 "remote_rank": getattr(error, "remote_rank", None),
+                "remote_type": getattr(error, "remote_type", None),
             },
+            "processes": processes or {},
             "ops": ops,
         }
 
     def dump(
-        self, directory: str | None = None, reason: str = "on demand", error: BaseException | None = None
+        self,
+        directory: str | None = None,
+        reason: str = "on demand",
+        error: BaseException | None = None,
+        processes: dict | None = None,
     ) -> str | None:
-        """Write the ring as JSON; returns the file's path (None: no directory given or set)."""
+        """Write the ring as JSON; returns the file's path (None: no directory given or set).
+        ``processes``: {rank: host, pid, /proc state} of the ranks the error names."""
         directory = directory or os.environ.get("UNICCL_DUMP_DIR")
         if not directory:
             return None
+        if error is not None:
+            self._failure = (error, processes)
+        else:
+            error, processes = self._failure
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)
         path = os.path.join(directory, f"uniccl-flight-{safe}-r{self.rank}.json")
         try:
             os.makedirs(directory, exist_ok=True)
             # a private temporary file of its own (two threads may dump at once), renamed
-            _safefs.write_file(path, json.dumps(self.snapshot(reason, error), indent=1, default=str))
+            _safefs.write_file(path, json.dumps(self.snapshot(reason, error, processes), indent=1, default=str))
         except OSError as exc:  # a dump must never replace the error it documents
             from .log import logger
 

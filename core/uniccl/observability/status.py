@@ -70,6 +70,7 @@ def watch(comm) -> None:
             _threads.start(_writer.run, name="uniccl-status")
             atexit.register(_writer.exit)
         _writer.comms.append([weakref.ref(comm), None, None])
+    _writer.write()  # now: a rank stopped before the thread's first write is still seen, with its pid
 
 
 def closed(comm) -> None:

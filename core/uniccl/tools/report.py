@@ -79,7 +79,7 @@ def load(path: str, bench_files=()) -> dict:
     return {"traces": traces, "stats": stats, "bench": bench}
 
 
-def _world_stats(stats: dict) -> dict:
+def world_stats(stats: dict) -> dict:
     """rank -> the stats of its first communicator (the world)."""
     return {r: comms[0] for r, comms in stats.items() if comms}
 
@@ -111,6 +111,12 @@ def binomial_tail(m: int, k: int, p: float) -> float:
     ]
     top = max(logs)
     return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+
+
+def _quantile(values: list, q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def rank_lateness(traces: dict) -> dict | None:
@@ -158,6 +164,7 @@ def rank_lateness(traces: dict) -> dict | None:
         "chance_share": 1.0 / size,
         "p_value": p_value,
         "median_late_ms": median_us / 1e3,
+        "p99_late_ms": _quantile(late[rank], 0.99) / 1e3,
         "others_median_late_ms": others_us / 1e3,
         "mean_late_ms": statistics.mean(late[rank]) / 1e3,
         "noise_ms": noise_us / 1e3,
@@ -183,7 +190,7 @@ def link_matrix(stats: dict, traces: dict | None = None):
     rank read or copied from a peer went peer -> rank, data it wrote went rank -> peer.
     Pairs that moved less than 1 MiB or 1/20 of the busiest are left out (no bandwidth to
     speak of)."""
-    world = _world_stats(stats)
+    world = world_stats(stats)
     n = max((s["size"] for s in world.values()), default=len(traces or {}))
     carried = {}  # (src, dst) -> [bytes, seconds]
     for dst, s in world.items():
@@ -252,7 +259,7 @@ def findings(data: dict) -> list[str]:
             f"Slowest link: rank {link['src']} → rank {link['dst']} at {link['GBps']:.3f} GB/s "
             f"(median link {link['median_GBps']:.3f} GB/s; {link['what']})."
         )
-    for r, s in sorted(_world_stats(data["stats"]).items()):
+    for r, s in sorted(world_stats(data["stats"]).items()):
         bad = sum(
             link.get("retransmits", 0) + link.get("checksum_failures", 0) for link in (s.get("links") or {}).values()
         )
@@ -334,7 +341,7 @@ def busbw_figure(data: dict):
     import matplotlib.pyplot as plt
 
     series = {}
-    for _r, s in _world_stats(data["stats"]).items():
+    for _r, s in world_stats(data["stats"]).items():
         for op, o in s.get("ops", {}).items():
             for e in o.get("by_size", {}).values():
                 if e["calls"] and e["mean_bytes"] > 0 and e["busbw_GBps"] > 0:
@@ -370,7 +377,7 @@ def busbw_figure(data: dict):
 
 # ------------------------------------------------------------------ page
 def topology(data: dict) -> str:
-    world = _world_stats(data["stats"])
+    world = world_stats(data["stats"])
     paths = {}
     for t in data["traces"].values():
         for e in t["spans"]:

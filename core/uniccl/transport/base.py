@@ -112,6 +112,11 @@ class Transport(abc.ABC):
     def free(self) -> None:
         """Release what this communicator holds (its contexts, its duplicated communicators)."""
 
+    def processes(self) -> list[dict]:
+        """Each rank's process: ``host`` (its name), ``pid``, ``start`` (/proc's start time, or
+        None) and ``local`` (on this host: its /proc is readable here), in rank order."""
+        return []
+
     # ------------------------------------------------- failures (capabilities above)
     def abort(self, reason: str) -> None:
         """End this communicator's waits here and, with ``can_abort``, on every member at once."""

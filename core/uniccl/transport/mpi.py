@@ -21,6 +21,7 @@ import sys
 import time
 
 from .._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError, Timeout, UnicclError
+from ..reliability import procs
 from . import notice as _notice
 from .base import Transport
 from .record import RECORD_BYTES  # one rank's record of a call (Communicator._run_announced)
@@ -205,17 +206,15 @@ class MPITransport(Transport):
     def _stopped(self) -> list:
         """Ranks of this host whose process is stopped (state T in /proc: SIGSTOP, a debugger)."""
         here = socket.gethostname()
-        out = []
-        for r, (host, pid) in enumerate(self._where):
-            if r != self.rank and host == here:
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        state = f.read().rsplit(")", 1)[1].split()[0]
-                except (OSError, IndexError):
-                    continue
-                if state in ("T", "t"):
-                    out.append(r)
-        return out
+        return [
+            r
+            for r, (host, pid) in enumerate(self._where)
+            if r != self.rank and host == here and procs.stopped(procs.state(pid))
+        ]
+
+    def processes(self) -> list[dict]:
+        here = socket.gethostname()
+        return [{"host": h, "pid": pid, "start": None, "local": h == here} for h, pid in self._where]
 
     def _whom(self, peer: int) -> str:
         stopped = self._stopped()

@@ -9,27 +9,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-
-def _proc_state(pid: int, start) -> str:
-    """The state letter of process ``pid`` in /proc ('T': stopped), "" when it is not there or
-    is another process than the one started at ``start`` (clock ticks since boot)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return ""
-    if start is not None and (len(fields) < 20 or int(fields[19]) != start):
-        return ""
-    return fields[0].decode()
-
-
-def _start_time() -> int | None:
-    """This process's start time in /proc (clock ticks since boot): with the pid, names it."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+from ...reliability import procs
 
 
 class _Recv:
@@ -89,8 +69,8 @@ class _MeshBase:
         t = self.table[peer]
         if t.get("host") != self._host:
             return ""
-        state = _proc_state(t["pid"], t.get("start"))
-        if state in ("T", "t"):
+        state = procs.state(t["pid"], t.get("start"))
+        if procs.stopped(state):
             return f"is stopped (state {state} in /proc/{t['pid']}/stat: a SIGSTOP or a debugger)"
         return ""
 

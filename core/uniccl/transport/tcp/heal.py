@@ -39,7 +39,8 @@ from typing import Any
 from ... import _threads
 from ..._errors import Timeout
 from ...observability.log import logger
-from .base import _MeshBase, _proc_state
+from ...reliability import procs
+from .base import _MeshBase
 from .wire import _SLICE_US, _recv_into
 
 _RESUME = struct.Struct("<IIQQ")  # the caller's rank, _DIAL or _POKE, a generation, the next message id it expects
@@ -159,7 +160,7 @@ class _Healer(_MeshBase):
         """On this host: ``peer``'s process has exited (no longer in /proc, or a zombie), so no
         redial can reach it (elsewhere its listener's refusal says so)."""
         t = self.table[peer]
-        return t.get("host") == self._host and _proc_state(t["pid"], t.get("start")) in ("", "Z", "X")
+        return t.get("host") == self._host and procs.gone(procs.state(t["pid"], t.get("start")))
 
     def _park(self, peer: int) -> None:
         """(reader thread) Leave the broken connection: a message half read waits to come again,

@@ -25,10 +25,11 @@ from ... import _env, _threads
 from ..._errors import InternalError, RemoteError, Revoked, Timeout
 from ...bootstrap.rendezvous import bind_address, rendezvous
 from ...observability.log import logger
+from ...reliability import procs
 from ...reliability.timeout import default_timeout
 from ..net import host_key, route_address
 from ..record import RECORD_BYTES
-from .base import _SENT, _Flushed, _Payload, _Recv, _start_time
+from .base import _SENT, _Flushed, _Payload, _Recv
 from .control import _Control
 from .heal import _Healer, _Link
 from .integrity import _checksums, _Integrity, _Kept, _RxState
@@ -80,7 +81,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             "host": self._host,
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
-            "start": _start_time(),
+            "start": procs.start_time(),
         }
         if tls is not None:
             payload["tls"] = tls.public()

@@ -396,6 +396,13 @@ class TCPTransport(Transport):
                 out[p] = json.loads(req.data)
         return out
 
+    def processes(self) -> list[dict]:
+        here = self.mesh.table[self.mesh.rank]["host"]
+        return [
+            {"host": t["hostname"], "pid": t["pid"], "start": t.get("start"), "local": t["host"] == here}
+            for t in (self.mesh.table[m] for m in self.members)
+        ]
+
     def node(self) -> tuple[int, int]:
         """(local rank, local size): position among this communicator's ranks on this host."""
         hosts = [self.mesh.table[m]["host"] for m in self.members]
