@@ -232,6 +232,7 @@ cdef class CallState:
     cdef public bint in_data  # the running call is past its agreement
     cdef public bint destroyed
     cdef public bint revoked  # every call raises Revoked (Communicator.revoke, here or on a peer)
+    cdef public bint hooked  # the communicator has hooks (Communicator.add_hook): the general path
 
 
 cdef class CallLock:
@@ -423,7 +424,7 @@ cdef class FastPath:
 
     cdef bint _ready(self, object comm):
         """The communicator is in the state the general path took its route in."""
-        if (self.state.destroyed or self.state.revoked or comm._tracer is not None
+        if (self.state.destroyed or self.state.revoked or self.state.hooked or comm._tracer is not None
                 or _fork_generation != self.fork_generation):
             return False
         if _group._open or self.executor._queue or self.executor._busy:

@@ -47,6 +47,7 @@ from . import agreement as _agreement
 from . import algorithms as alg
 from . import device as _device
 from . import group as _group
+from . import hooks as _hooks
 from . import native as _routes
 from . import outcome as _outcome
 from . import plans as _plans
@@ -175,6 +176,8 @@ class Communicator(CommunicatorViews):
         )
         self._pid = os.getpid()
         self._revoked: tuple[int | None, str] | None = None  # (the rank that revoked it, its words)
+        self._hooks: list = []  # hooks.Hook: add_hook's
+        self._unhooked_fast = None  # the compiled path, set aside while there are hooks
         self._shrunk = self._grown = 0  # the communicators shrink() and grow() made (their names)
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
@@ -199,6 +202,24 @@ class Communicator(CommunicatorViews):
         served = self._engine is not None and self.size > 1 or self._native_comm is not None and self.size == 1
         eligible = served and self._hier is None and self._faults is None
         self._fast = FastPath(self) if eligible else None
+
+    def add_hook(self, pre=None, post=None, on_error=None, on_abort=None) -> _hooks.Hook:
+        """Call ``pre(call)`` before each call's agreement (what it raises fails the call on every
+        rank), ``post(call, result)`` after it, ``on_error(call, exc)`` when it fails, and
+        ``on_abort(reason)`` at :meth:`abort` (``call``: a :class:`uniccl.hooks.CallInfo`).  Returns
+        a handle whose ``remove()`` takes them off.  Calls take the general path while hooks are
+        on (see :mod:`uniccl.hooks`; ``uniccl.hooks.nan_check`` is a ready-made ``pre``)."""
+        self._alive("add_hook")
+        hook = _hooks.add(self, pre, post, on_error, on_abort)
+        if len(self._hooks) == 1:  # the compiled path has no place for Python code: set it aside
+            self._unhooked_fast, self._fast = self._fast, None
+            self._state.hooked = True
+        return hook
+
+    def _unhooked(self) -> None:
+        """The last hook was removed: the compiled path again."""
+        self._fast, self._unhooked_fast = self._unhooked_fast, None
+        self._state.hooked = False
 
     # ------------------------------------------------------------------ basics
     def __repr__(self):
@@ -257,6 +278,8 @@ class Communicator(CommunicatorViews):
         if self._destroyed:
             return
         self._destroyed = True  # no new call starts (checked before and under the lock)
+        if self._hooks:
+            _hooks.aborted(self, reason)
         why = f"rank {self.rank} aborted the communicator: {reason}"
         logger.warning("%s", why)
         if self._engine is not None:
@@ -508,6 +531,8 @@ class Communicator(CommunicatorViews):
             plan.error, timeout = exc, None
         plan.staged, self._staging.list = self._staging.list, None
         plan.args, plan.timeout, plan.entry = args, timeout, entry
+        if self._hooks:
+            plan.call = _hooks.before(self, plan, args)
         if plan.p2p and plan.error is not None:
             self._flight.finished(entry, plan.error)
             raise plan.error  # point-to-point errors are local: no peer waits in agreement
@@ -545,8 +570,13 @@ class Communicator(CommunicatorViews):
                     self._telemetry.failure(plan.name)
                 if tracer is not None:  # what moved before it failed, under this call
                     _outcome.trace_call(self, plan, seq, t0, time.time_ns(), failed=type(exc).__name__)
-                raise _outcome.failed(self, plan, seq, timeout, exc) from None
+                err = _outcome.failed(self, plan, seq, timeout, exc)
+                if plan.call is not None:
+                    _hooks.after(self, plan.call, seq, exc=err)
+                raise err from None
             self._flight.finished(plan.entry)
+            if plan.call is not None:
+                _hooks.after(self, plan.call, seq, result)
             if self._telemetry is not None or tracer is not None:
                 t1 = perf_counter_ns() if tracer is None else time.time_ns()
                 if self._telemetry is not None:

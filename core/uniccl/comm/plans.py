@@ -48,6 +48,7 @@ class Plan:
         "entry",
         "engine",
         "result",
+        "call",
     )
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
@@ -67,6 +68,7 @@ class Plan:
         self.args = ()  # the builder's arguments: the communicator, then the caller's (hierarchical path)
         self.timeout = None  # seconds (None: the communicator's)
         self.entry = None  # its flight-recorder entry
+        self.call = None  # hooks.CallInfo when the communicator has hooks
 
 
 def context(comm, plan: Plan, seq: int, algorithm: str) -> alg.OpContext:
