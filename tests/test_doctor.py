@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,25 @@ def test_mismatch(tmp_path):
     sides = {tuple(s["ranks"]): s["call"] for s in v["detail"]["sides"]}
     assert sides == {(0, 2): "all_reduce(float32, 1000)", (1,): "broadcast(float32, 1000, root=0)"}, sides
     assert text.startswith("mismatch: mismatched call #3: ranks 0, 2 called all_reduce(float32, 1000) at "), text
+    # the same dumps for torch's own tool (--torch-fr), read by torchfrtrace as torch's are
+    frtrace = shutil.which("torchfrtrace", path=os.path.dirname(sys.executable)) or shutil.which("torchfrtrace")
+    if frtrace is None:
+        pytest.skip("torch's torchfrtrace is not installed here")
+    out = tmp_path / "torch-fr"
+    res = subprocess.run(
+        [sys.executable, "-m", "uniccl", "doctor", str(tmp_path), "--torch-fr", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1 and sorted(os.listdir(out)) == [f"uniccl_fr_trace_{r}" for r in range(3)], res.stderr
+    res = subprocess.run([frtrace, str(out)], capture_output=True, text=True, timeout=120)
+    said = res.stdout + res.stderr
+    assert res.returncode == 0, said
+    assert "Collective sequence number: 4 has errors" in said, said  # (torch counts from 1: uniccl's #3)
+    assert "Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH" in said, said
+    assert "'all_reduce' does not match found collective type: 'broadcast'" in said, said
+    assert "doctor.py:" in said, said  # the caller's line, as the entry's frame
 
 
 def test_p2p_deadlock(tmp_path):

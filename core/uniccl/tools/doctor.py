@@ -7,7 +7,9 @@
 - ``uniccl doctor --live [JOBDIR]``: a running job, from the status files ``uniccl run`` has its
   ranks write (default: the newest job) and /proc, without stopping it.
 
-``--json`` for scripts.  Exit status: 0 nothing found, 1 verdicts found, 2 nothing to read.
+``--json`` for scripts; ``--torch-fr OUT`` also writes the dumps in torch's flight-recorder format
+(:mod:`.torch_fr`) for torch's ``torchfrtrace``.  Exit status: 0 nothing found, 1 verdicts found,
+2 nothing to read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ def add_arguments(p) -> None:
     p.add_argument("directory", nargs="?", help="the dumps' folder (UNICCL_DUMP_DIR); with --live, the job's")
     p.add_argument("--live", action="store_true", help="a running job, from its status files and /proc")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--torch-fr",
+        metavar="OUT",
+        help="also write the dumps as torch flight-recorder traces into OUT, for torch's `torchfrtrace OUT`",
+    )
 
 
 def context(name: str, dumps: dict) -> list[str]:
@@ -88,6 +95,12 @@ def main(args) -> int:
             )
             return 2
         found, lines = got
+        if args.torch_fr:
+            from . import torch_fr
+
+            written = torch_fr.write(_v.load_dumps(args.directory), args.torch_fr)
+            print(f"uniccl doctor: wrote {len(written)} torch flight-recorder traces to {args.torch_fr} "
+                  f"(read them with: torchfrtrace {args.torch_fr})", file=sys.stderr)  # fmt: skip
     if args.json:
         print(json.dumps({"verdicts": [v.to_json() for v in found], "context": lines}, indent=2, default=str))
     else:
