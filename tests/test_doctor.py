@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from _launch import WORKERS
 from _netns import netns_cluster  # noqa: F401  (the fixture)
 

@@ -162,8 +162,9 @@ struct uc_shm {
     uint64_t rng;   /* xorshift state of the fault injection */
     uint32_t *crcs; /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
     uint64_t crc_failures, recopies;
-    const void **src; /* [2 * size] scratch for folds (the second half: fold's ring order) */
-    uc_shm_event *ev; /* uc_shm_trace: events of the calls since the last take */
+    uc_shm_arrivals arrivals; /* see uc_shm_get_arrivals */
+    const void **src;         /* [2 * size] scratch for folds (the second half: fold's ring order) */
+    uc_shm_event *ev;         /* uc_shm_trace: events of the calls since the last take */
     size_t ev_cap, ev_n;
     uint64_t ev_dropped;
     int ring_order; /* this call folds in gloo's ring order (UC_SHM_RING_ORDER) */
@@ -1007,6 +1008,26 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     return UC_SHM_EMISMATCH;
 }
 
+/* The call's first rendezvous: wait until every rank's line `off` reaches target, noting how long
+ * this rank waited for the last to arrive.  The last itself reads no clock: the others read theirs
+ * while they wait anyway. */
+static int arrive(uc_shm *e, size_t off, uint64_t target) {
+    uc_shm_arrivals *a = &e->arrivals;
+    a->calls++;
+    if (next_pending(e, off, target, -1, 0) < 0) {
+        a->last++;
+        a->hist[0]++;
+        return UC_SHM_OK;
+    }
+    uint64_t t0 = now_ns();
+    WAIT(e, off, target, -1);
+    uint64_t w = now_ns() - t0;
+    int b = w ? 64 - __builtin_clzll(w) : 0;
+    a->hist[b < UC_SHM_ARRIVAL_BUCKETS ? b : UC_SHM_ARRIVAL_BUCKETS - 1]++;
+    a->wait_ns += w;
+    return UC_SHM_OK;
+}
+
 /* With a record: the call's first rendezvous is everyone's, at generation g.  A rank that
  * would not signal READY there (a receiver of broadcast, scatter, gather's root) signals it
  * now, with no data; every rank waits for all and judges the records before it touches a
@@ -1014,8 +1035,8 @@ static int rec_judge(uc_shm *e, uint64_t g) {
 static int rec_meet(uc_shm *e, uint64_t g, int signalled) {
     if (!e->rec_in) return UC_SHM_OK;
     if (!signalled) sig(e, OFF_READY, g + 1);
-    WAIT(e, OFF_READY, g + 1, -1);
-    return rec_judge(e, g);
+    int rc = arrive(e, OFF_READY, g + 1);
+    return rc ? rc : rec_judge(e, g);
 }
 
 /* ============================================================ reductions */
@@ -1557,7 +1578,8 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     memcpy(e->ctrl[me].ready.record, record, NREC * sizeof(int64_t));
     e->ctrl[me].ready.with_data = 0;
     sig(e, OFF_READY, g + 1);
-    WAIT(e, OFF_READY, g + 1, -1);
+    int rc = arrive(e, OFF_READY, g + 1);
+    if (rc) return rc;
     for (int q = 0; q < n; q++)
         if (q != me) memcpy(out + (size_t)q * NREC, e->ctrl[q].ready.record, NREC * sizeof(int64_t));
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
@@ -1941,6 +1963,10 @@ int uc_shm_close(uc_shm *e) {
 void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx) {
     e->interrupt = fn;
     e->interrupt_ctx = ctx;
+}
+
+void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out) {
+    *out = e->arrivals;
 }
 
 const uc_shm_error *uc_shm_last_error(const uc_shm *e) {

@@ -127,6 +127,16 @@ void uc_shm_revoke(uc_shm *e, const char *why);
 /* Checksums: on?, regions that failed their check, copies made again. */
 void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies);
 
+/* Arrivals: at each call's first rendezvous, how long this rank waited for the last rank to
+ * arrive (its arrival skew; 0 when it was the last itself).  hist[b]: calls whose wait was
+ * below 2^b ns (b = 0: no wait); the last bucket takes the rest. */
+#define UC_SHM_ARRIVAL_BUCKETS 40
+typedef struct {
+    uint64_t calls, last, wait_ns;
+    uint64_t hist[UC_SHM_ARRIVAL_BUCKETS];
+} uc_shm_arrivals;
+void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out);
+
 /* Seconds each later call may wait (0: forever; dead peers are still detected). */
 int uc_shm_set_timeout(uc_shm *e, double timeout);
 

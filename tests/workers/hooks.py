@@ -34,7 +34,8 @@ try:
     row["raised"] = None
 except uniccl.UnicclError as exc:
     row.update(raised=type(exc).__name__, message=str(exc), remote=getattr(exc, "remote_rank", None))
-row["unchanged"] = bool(np.array_equal(x, before, equal_nan=True))  # nothing moved
+row["unchanged"] = bool(np.array_equal(x, before, equal_nan=True))  # nothing moved (shared memory)
+row["no_nan_here"] = r == 1 or bool(np.isfinite(x).all())  # the NaN never left rank 1
 x = np.arange(8, dtype=np.float32) + r + 3
 comm.all_reduce(x)  # the communicator goes on
 row["after_ok"] = bool(np.array_equal(x, want(3)))

@@ -3,7 +3,9 @@
 
 - ``pre(call)`` runs on the caller's thread once the call's arguments are checked, before the
   ranks agree on it: an exception it raises becomes the call's error on this rank, and every
-  other rank's call raises ``RemoteError`` naming it (as for a bad argument), so nothing moves.
+  other rank's call raises ``RemoteError`` naming it (as for a bad argument): this rank sends
+  nothing of the call (over shared memory nothing moves at all; over TCP the other ranks'
+  receive buffers may hold what they exchanged meanwhile, as for any failed call there).
 - ``post(call, result)`` once the call completed on this rank; ``on_error(call, exc)`` once it
   failed (``exc`` is what the caller gets); both on the thread that ran it (the communicator's
   executor for ``async_op=True``).  What they raise is logged, never the call's.
@@ -14,8 +16,8 @@ for Python code): a call costs that path's few microseconds plus the hooks'.  A 
 does the same.  Inside ``uniccl.group()`` a send or recv gets its ``pre`` hooks only.
 
 :func:`nan_check` is a ready-made ``pre`` hook: a float input holding NaN or Inf is an
-``InvalidArgument`` naming the rank, the call and the first bad element, before the values
-reach any other rank.
+``InvalidArgument`` naming the rank, the call and the first bad element; the values never reach
+another rank.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ telemetry at scrape time, so a scrape costs the job nothing between scrapes.
 Series (labels ``communicator``, ``rank``, ``op``, ``size`` — the message-size bucket, as its
 upper bound — and, for links, ``peer``):
 ``uniccl_calls_total``, ``uniccl_bytes_total``, ``uniccl_call_seconds_total``,
-``uniccl_call_latency_seconds`` (histogram, a bucket per power of two), ``uniccl_failed_calls_total``;
+``uniccl_call_latency_seconds`` (histogram, a bucket per power of two), ``uniccl_failed_calls_total``,
+``uniccl_arrival_skew_seconds`` (histogram: how long the rank waited for the last to arrive, shared memory);
 ``uniccl_link_{sent,received}_bytes_total``, ``uniccl_link_{sent,received}_timed_bytes_total`` and
 ``uniccl_link_{send,receive}_seconds_total`` (bandwidth: timed bytes / seconds),
 ``uniccl_link_retransmits_total``, ``uniccl_link_checksum_failures_total``,
@@ -100,6 +101,11 @@ class _Collector:
         seconds = CounterMetricFamily("uniccl_call_seconds", "Seconds in calls", labels=labels)
         latency = HistogramMetricFamily("uniccl_call_latency_seconds", "Call latency", labels=labels)
         failed = CounterMetricFamily("uniccl_failed_calls", "Calls that raised", labels=["communicator", "rank", "op"])
+        skew = HistogramMetricFamily(
+            "uniccl_arrival_skew_seconds",
+            "How long this rank waited at each call's first rendezvous for the last rank (0: it was the last)",
+            labels=["communicator", "rank"],
+        )
         link_labels = ["rank", "peer"]
         link = {
             k: CounterMetricFamily(f"uniccl_link_{k}", h, labels=link_labels)
@@ -130,6 +136,14 @@ class _Collector:
                 latency.add_metric(lv, buckets, st.ns / 1e9)
             for op, n in list(t.failed.items()):
                 failed.add_metric([name, rank, op], n)
+            arrivals = comm.arrivals()
+            if arrivals is not None and arrivals["calls"]:
+                seen, buckets = 0, []
+                for b, n in enumerate(arrivals["hist_log2_ns"]):  # bucket b: below 2**b ns (0: no wait)
+                    seen += n
+                    buckets.append((repr((1 << b) / 1e9 if b else 0.0), seen))
+                buckets.append(("+Inf", seen))
+                skew.add_metric([name, rank], buckets, arrivals["wait_ns"] / 1e9)
             mesh = comm.mesh
             if mesh is not None and mesh.links is not None and id(mesh) not in meshes:
                 meshes.add(id(mesh))
@@ -149,4 +163,4 @@ class _Collector:
                         ("reconnects", mesh.reconnects(peer)),
                     ):
                         link[key].add_metric(lv, v)
-        yield from (calls, nbytes, seconds, latency, failed, *link.values())
+        yield from (calls, nbytes, seconds, latency, failed, skew, *link.values())

@@ -173,6 +173,9 @@ class _Writer:
             t0, b0 = self.prev.get(id(c), (now, bus))
             self.prev[id(c)] = (now, bus)
             out["busbw_GBps"] = (bus - b0) / (now - t0) / 1e9 if now > t0 else 0.0
+        arrival = c.arrivals()
+        if arrival is not None and arrival["calls"]:
+            out["last_share"] = arrival["last_share"]  # the calls it arrived last in (uniccl top's LAST)
         mesh = c.mesh
         if mesh is not None:
             out["retransmits"] = mesh.stats["retransmits"] + mesh.stats["retransmit_requests"]

@@ -124,3 +124,24 @@ def summary(t) -> dict:
         if op not in out:
             out[op] = {"calls": 0, "bytes": 0, "seconds": 0.0, "failed": n, "by_size": {}}
     return out
+
+
+def arrivals(a: dict, size: int) -> dict:
+    """What ``comm.stats()["arrival"]`` says of the shared-memory engine's arrival counts
+    (``ShmEngine.arrivals``): of ``calls``, the ``last`` in which this rank arrived last (its
+    share, against 1/size by chance), and how long it waited for the last rank at the others
+    (mean, and p50/p99 to within a factor of 2: the counts are per power of two of ns)."""
+    calls, hist = a["calls"], a["hist"]
+    out = {"calls": calls, "last": a["last"], "last_share": a["last"] / calls if calls else 0.0}
+    out["chance_share"] = 1.0 / size if size else 0.0
+    out["wait_mean_us"] = a["wait_ns"] / calls / 1e3 if calls else 0.0
+    out["wait_ns"], out["hist_log2_ns"] = a["wait_ns"], list(hist)  # (Prometheus' histogram)
+    for name, q in (("wait_p50_us", 0.5), ("wait_p99_us", 0.99)):
+        seen, value = 0, 0.0
+        for b, n in enumerate(hist):
+            seen += n
+            if calls and seen >= q * calls:
+                value = 0.0 if b == 0 else (1 << b) / 1e3  # the bucket's upper bound
+                break
+        out[name] = value
+    return out

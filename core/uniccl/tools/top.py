@@ -1,6 +1,7 @@
 """``uniccl top``: a live view of a running job, one row per rank, from the status files
 the ranks write (:mod:`uniccl.observability.status`): the call each rank is in and for how long, calls
-done, bus bandwidth, the peer it waits on, retransmissions — and, below, the rank that holds
+done, bus bandwidth, the peer it waits on, the share of calls it arrived last in (LAST: the others
+waited for it), retransmissions, redialled links — and, below, the rank that holds
 the others up, in words."""
 
 from __future__ import annotations
@@ -91,7 +92,17 @@ def verdict(rows: list[dict], now: float) -> list[str]:
     if waited:
         culprit, by = max(waited.items(), key=lambda kv: len(kv[1]))
         out.append(f"rank {culprit} is waited on by rank{'s' if len(by) > 1 else ''} {', '.join(map(str, by))}")
+    late = [(_world(r).get("last_share") or 0.0, r["rank"]) for r in live if (_world(r).get("calls") or 0) >= 20]
+    if late and len(live) > 1:
+        share, rank = max(late)
+        if share >= max(0.5, 2.0 / len(live)):  # beyond the 1/n of a job where no rank lags
+            out.append(f"rank {rank} arrives last in {share:.0%} of its calls: the others wait for it")
     return out or ["all ranks keep pace"]
+
+
+def _share(share) -> str:
+    """'87%': the share of calls a rank arrived last in (the others waited for it); '-' unknown."""
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _reconnects(by_peer) -> str:
@@ -104,7 +115,7 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
     head = f"uniccl top  {path}  {len(rows)} rank{'s' * (len(rows) != 1)}  {time.strftime('%H:%M:%S')}"
     cols = (
         f"{'RANK':>4} {'HOST':<12} {'PID':>7} {'CALL':<22} {'FOR':>7} {'CALLS':>8} {'BUSBW GB/s':>10} "
-        f"{'WAITING ON':<16} {'RETX':>5} RECONNECTED"
+        f"{'WAITING ON':<16} {'LAST':>5} {'RETX':>5} RECONNECTED"
     )
     lines = [head, cols]
     for r in rows:
@@ -119,7 +130,8 @@ def render(path: str, rows: list[dict], now: float | None = None) -> str:
         line = (
             f"{r['rank']:>4} {str(r.get('host', '?'))[:12]:<12} {r.get('pid', 0):>7} {call[:22]:<22} "
             f"{(w.get('for_s') or 0):>6.2f}s {w.get('calls', 0):>8} {w.get('busbw_GBps', 0):>10.3f} "
-            f"{waiting:<16} {w.get('retransmits', 0):>5} {_reconnects(w.get('reconnects')):<11}"
+            f"{waiting:<16} {_share(w.get('last_share')):>5} {w.get('retransmits', 0):>5} "
+            f"{_reconnects(w.get('reconnects')):<11}"
         )
         if r.get("state") in ("finished", "exited"):
             line += f"  {r['state'].upper()}"

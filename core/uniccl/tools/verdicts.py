@@ -411,6 +411,22 @@ def live(jobdir: str, now: float | None = None, stale_s: float = 5.0) -> list[Ve
         return out
     world = {r["rank"]: r["comms"][0] for r in live_rows}
     size = max(w.get("size", 0) for w in world.values())
+    # arrival counts (shared memory): a rank last in most calls is the one the others wait for
+    late = [(w.get("last_share") or 0.0, k) for k, w in world.items() if (w.get("calls") or 0) >= 20]
+    if late and size > 1:
+        share, k = max(late)
+        if share >= max(0.5, 2.0 / size):
+            out.append(
+                Verdict(
+                    "straggler",
+                    f"rank {k} arrives last in {share:.0%} of its calls ({1 / size:.0%} by chance): the others "
+                    "wait for it",
+                    [k],
+                    world[k]["name"],
+                    None,
+                    {"last_share": share},
+                )
+            )
     silent = sorted(set(range(size)) - {r["rank"] for r in rows})  # no status file: never got that far
     inside = {k: w for k, w in world.items() if w.get("state") == "started" and w.get("seq") is not None}
     if not inside:

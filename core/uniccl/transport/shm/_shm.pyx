@@ -97,6 +97,11 @@ cdef extern from "shm_engine.h" nogil:
     void uc_shm_abort(uc_shm *e, const char *why)
     void uc_shm_revoke(uc_shm *e, const char *why)
     void uc_shm_integrity(const uc_shm *e, int *on, uint64_t *failures, uint64_t *recopies)
+    enum: UC_SHM_ARRIVAL_BUCKETS
+    ctypedef struct uc_shm_arrivals:
+        uint64_t calls, last, wait_ns
+        uint64_t hist[UC_SHM_ARRIVAL_BUCKETS]
+    void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out)
     int uc_shm_set_timeout(uc_shm *e, double timeout)
     ctypedef struct uc_shm_event:
         uint64_t t0_ns, t1_ns, bytes
@@ -379,6 +384,17 @@ cdef class ShmEngine:
         if self._e != NULL:
             uc_shm_integrity(self._e, &on, &failures, &recopies)
         return {"shm_checksums": bool(on), "shm_checksum_failures": failures, "shm_recopies": recopies}
+
+    def arrivals(self) -> dict:
+        """At each call's first rendezvous, how long this rank waited for the last rank: ``calls``,
+        ``last`` (calls it arrived last in: no wait), ``wait_ns`` (their sum) and ``hist``
+        (``hist[b]``: calls whose wait was below 2**b ns; ``hist[0]``: no wait)."""
+        cdef uc_shm_arrivals a
+        if self._e == NULL:
+            return {"calls": 0, "last": 0, "wait_ns": 0, "hist": [0] * UC_SHM_ARRIVAL_BUCKETS}
+        uc_shm_get_arrivals(self._e, &a)
+        return {"calls": a.calls, "last": a.last, "wait_ns": a.wait_ns,
+                "hist": [a.hist[b] for b in range(UC_SHM_ARRIVAL_BUCKETS)]}
 
     @property
     def closed(self) -> bool:
