@@ -63,12 +63,17 @@ def test_dead(tmp_path):
     assert not only(report, "stuck-outside"), report  # the death explains the rest
 
 
-def test_mismatch(tmp_path):
-    res = uniccl_run(3, "mismatch", env=_env(UNICCL_DUMP_DIR=str(tmp_path)))
+def one_verdict(tmp_path, scenario: str) -> tuple[dict, str]:
+    """Run ``scenario`` at 3 ranks with the dumps in ``tmp_path``: uniccl doctor's one verdict, and its text."""
+    res = uniccl_run(3, scenario, env=_env(UNICCL_DUMP_DIR=str(tmp_path)))
     assert res.returncode == 0, res.stdout + res.stderr
     code, report, text = doctor(tmp_path)
-    assert code == 1, text
-    (v,) = report["verdicts"]
+    assert code == 1 and len(report["verdicts"]) == 1, text
+    return report["verdicts"][0], text
+
+
+def test_mismatch(tmp_path):
+    v, text = one_verdict(tmp_path, "mismatch")
     assert v["kind"] == "mismatch" and v["seq"] == 3 and v["ranks"] == [0, 1, 2], v
     sides = {tuple(s["ranks"]): s["call"] for s in v["detail"]["sides"]}
     assert sides == {(0, 2): "all_reduce(float32, 1000)", (1,): "broadcast(float32, 1000, root=0)"}, sides
@@ -95,11 +100,7 @@ def test_mismatch(tmp_path):
 
 
 def test_p2p_deadlock(tmp_path):
-    res = uniccl_run(3, "p2p", env=_env(UNICCL_DUMP_DIR=str(tmp_path)))
-    assert res.returncode == 0, res.stdout + res.stderr
-    code, report, text = doctor(tmp_path)
-    assert code == 1, text
-    (v,) = report["verdicts"]
+    v, text = one_verdict(tmp_path, "p2p")
     assert v["kind"] == "p2p-deadlock" and v["ranks"] == [0, 1], v
     assert {(c["rank"], c["op"], c["peer"]) for c in v["detail"]["cycle"]} == {(0, "recv", 1), (1, "recv", 0)}
     assert "rank 0 receives from rank 1" in text and "rank 1 receives from rank 0" in text, text
