@@ -1,9 +1,9 @@
 """What the always-on instruments of a call cost together on the compiled shared-memory path:
-telemetry, the cross-rank record that catches mismatched calls, and the flight recorder's
-entry.  The same 8-byte all_reduce is timed with all three on and all three off, switched
+telemetry, the cross-rank record that catches mismatched calls, the flight recorder's entry and
+the engine's arrival counts (who arrived last, how long the others waited).  The same 8-byte all_reduce is timed with all three on and all three off, switched
 call by call in a random order every rank draws alike (benchmarks/_arms.py).
 
-usage: uniccl run -n 2 python benchmarks/instruments_cost.py [CALLS [telemetry|check|flight]]
+usage: uniccl run -n 2 python benchmarks/instruments_cost.py [CALLS [telemetry|check|flight|arrivals]]
        (a third argument: switch only that one)
        UNICCL_PLACEBO=1: both arms keep everything on -- what the method reads when there is
        nothing to find (its noise floor)
@@ -32,7 +32,7 @@ if fast is None:
 
 def switch(on: bool) -> None:
     on = on or placebo
-    kinds = {k: on or (only is not None and k != only) for k in ("telemetry", "flight", "check")}
+    kinds = {k: on or (only is not None and k != only) for k in ("telemetry", "flight", "check", "arrivals")}
     fast._instruments(**kinds)
 
 
@@ -46,7 +46,7 @@ if comm.rank == 0:
     tm = trimmed_mean(on) - trimmed_mean(off)
     print(
         f"{comm.size} ranks, 8 B all_reduce{' (placebo)' if placebo else ''}, {len(on)}/{len(off)} calls: "
-        f"median {med_on:.3f} us on, {med_off:.3f} us off, {only or 'telemetry + record + flight recorder'} = "
+        f"median {med_on:.3f} us on, {med_off:.3f} us off, {only or 'telemetry + record + flight recorder + arrivals'} = "
         f"{med_on - med_off:+.3f} us per call; trimmed means: {tm:+.3f} us",
         flush=True,
     )

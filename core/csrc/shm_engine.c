@@ -163,6 +163,7 @@ struct uc_shm {
     uint32_t *crcs; /* [rank][slot 2][size + 1]: CRC of each region a rank wrote in its slot */
     uint64_t crc_failures, recopies;
     uc_shm_arrivals arrivals; /* see uc_shm_get_arrivals */
+    int count_arrivals;       /* ... counted (uc_shm_count_arrivals) */
     const void **src;         /* [2 * size] scratch for folds (the second half: fold's ring order) */
     uc_shm_event *ev;         /* uc_shm_trace: events of the calls since the last take */
     size_t ev_cap, ev_n;
@@ -1013,6 +1014,10 @@ static int rec_judge(uc_shm *e, uint64_t g) {
  * while they wait anyway. */
 static int arrive(uc_shm *e, size_t off, uint64_t target) {
     uc_shm_arrivals *a = &e->arrivals;
+    if (!e->count_arrivals) {
+        WAIT(e, off, target, -1);
+        return UC_SHM_OK;
+    }
     a->calls++;
     if (next_pending(e, off, target, -1, 0) < 0) {
         a->last++;
@@ -1742,6 +1747,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         set_err(err, UC_SHM_ESYS, op, "out of memory");
         return NULL;
     }
+    e->count_arrivals = 1;
     e->src = calloc(2 * (size_t)size, sizeof *e->src);
     e->pids = calloc((size_t)size, sizeof *e->pids);
     e->missing = calloc((size_t)size, sizeof *e->missing);
@@ -1967,6 +1973,10 @@ void uc_shm_set_interrupt(uc_shm *e, uc_shm_interrupt_fn fn, void *ctx) {
 
 void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out) {
     *out = e->arrivals;
+}
+
+void uc_shm_count_arrivals(uc_shm *e, int on) {
+    e->count_arrivals = on != 0;
 }
 
 const uc_shm_error *uc_shm_last_error(const uc_shm *e) {

@@ -136,6 +136,8 @@ typedef struct {
     uint64_t hist[UC_SHM_ARRIVAL_BUCKETS];
 } uc_shm_arrivals;
 void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out);
+/* Benchmarks only (the placebo method): count arrivals (1, the default) or not (0). */
+void uc_shm_count_arrivals(uc_shm *e, int on);
 
 /* Seconds each later call may wait (0: forever; dead peers are still detected). */
 int uc_shm_set_timeout(uc_shm *e, double timeout);

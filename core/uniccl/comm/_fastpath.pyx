@@ -722,11 +722,13 @@ cdef class FastPath:
         self.served += 1
         return None if sh.result_index < 0 else args[sh.result_index]
 
-    def _instruments(self, telemetry=True, flight=True, check=True):
+    def _instruments(self, telemetry=True, flight=True, check=True, arrivals=True):
         """Benchmarks only (benchmarks/instruments_cost.py, the placebo method): serve calls
-        without telemetry, the flight recorder's entry or the record on the data (a mismatch
-        would then go unseen: never in a program)."""
+        without telemetry, the flight recorder's entry, the record on the data (a mismatch
+        would then go unseen: never in a program) or the engine's arrival counts."""
         self.counting, self.checking, self.recording = bool(telemetry), bool(check), bool(flight)
+        if self.engine is not None:
+            self.engine._count_arrivals(arrivals)
 
     # ---------------------------------------------------------------- helpers
     cdef int64_t _start(self, comm, str name, Row *row, int64_t dtype, int64_t count, int64_t root) except -1:

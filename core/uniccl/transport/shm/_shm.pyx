@@ -102,6 +102,7 @@ cdef extern from "shm_engine.h" nogil:
         uint64_t calls, last, wait_ns
         uint64_t hist[UC_SHM_ARRIVAL_BUCKETS]
     void uc_shm_get_arrivals(const uc_shm *e, uc_shm_arrivals *out)
+    void uc_shm_count_arrivals(uc_shm *e, int on)
     int uc_shm_set_timeout(uc_shm *e, double timeout)
     ctypedef struct uc_shm_event:
         uint64_t t0_ns, t1_ns, bytes
@@ -395,6 +396,10 @@ cdef class ShmEngine:
         uc_shm_get_arrivals(self._e, &a)
         return {"calls": a.calls, "last": a.last, "wait_ns": a.wait_ns,
                 "hist": [a.hist[b] for b in range(UC_SHM_ARRIVAL_BUCKETS)]}
+
+    def _count_arrivals(self, bint on):
+        """Benchmarks only (the placebo method): count arrivals or not."""
+        uc_shm_count_arrivals(self._live("arrivals"), on)
 
     @property
     def closed(self) -> bool:
