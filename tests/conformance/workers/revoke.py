@@ -32,8 +32,8 @@ before = calls()
 comm.all_reduce(a)
 row = {"rank": r, "native": comm._native_comm is not None, "library_ran": calls() > before}
 row["sum_ok"] = bool(np.array_equal(a.download(), sum(np.arange(64, dtype=np.float64) + q for q in range(n))))
+aborted_before = aborts()  # (before the barrier: rank 0's revoke may reach rank 1 right after it)
 comm.barrier()
-aborted_before = aborts()
 if r == 0:
     comm.revoke("lost a GPU")
 else:
