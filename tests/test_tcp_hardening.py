@@ -199,10 +199,13 @@ def _wait_stopped(pid: int) -> None:
 
 # ------------------------------------------------------------------ retransmissions both ways at once
 # flip=0.5: in a job of 8 all_gathers of 32 MiB blocks, both ranks find the other's block damaged and
-# ask for it again at the same moment, over and over (the draws repeat exactly: seeds 1, 15 and 21 pass
-# here with 6 to 11 copies sent each way).  Before, both reader threads then sat in sendall of their
-# copy, neither reading: a hang in about 1 job of 2 per seed (this test's deadline ended it).
-RESEND_CASES = [(False, 1), (False, 15), (False, 21), (True, 1)]
+# ask for it again at the same moment, over and over.  The draws repeat exactly for a given sequence of
+# messages, and at flip=0.5 most seeds damage some message 4 times in a row (a typed error, by design):
+# plain seeds 15, 19 and 23 and TLS seed 1 do not, with the messages of links made on first use and the
+# tree-shaped control exchanges (seeds 1 and 21 did with the sequence before them).  Before the fix,
+# both reader threads then sat in sendall of their copy, neither reading: a hang in about 1 job of 2
+# per seed (this test's deadline ended it).
+RESEND_CASES = [(False, 15), (False, 19), (False, 23), (True, 1)]
 
 
 @pytest.mark.parametrize("tls,seed", RESEND_CASES, ids=[f"{'tls' if t else 'plain'}-seed{s}" for t, s in RESEND_CASES])
@@ -335,7 +338,8 @@ def test_tls_a_rank_with_another_certificate_than_it_published_is_refused():
     refused = [r for r in rows if "refused this rank's certificate" in r.get("message", "")]
     assert refusing or refused, rows
     assert all("rank 2" in r["message"] and r["error"] == "InternalError" for r in refusing), rows
-    assert all(r["rank"] == 2 if "rank" in r else "[init, rank 2]" in r["message"] for r in refused), rows
+    # (links are made on first use: the refusal comes at the first exchange, init's own, or a call)
+    assert all(r.get("rank") == 2 or r["message"].startswith(("[init, rank 2]", "[rank 2]")) for r in refused), rows
 
 
 def test_tls_a_dead_rank_is_still_named():

@@ -1,9 +1,12 @@
 """TCP as a transport: ranks connect without MPI, on one host or across hosts.
 
-The *mesh* is one authenticated socket per pair of ranks of a job, set up once
-from a rendezvous (:mod:`uniccl.bootstrap.rendezvous`): every rank listens, publishes its
-address, connects to the lower ranks and accepts the higher ones.  A reader
-thread per peer always drains its socket (it never sends: what it must send --
+The *mesh* is one authenticated socket per pair of ranks that talk, made at the pair's
+first use (the first send to a peer, or the first receive posted from it: :mod:`.heal`):
+every rank listens and publishes its address through a rendezvous
+(:mod:`uniccl.bootstrap.rendezvous`); the higher rank of a pair dials the lower one (which,
+needing the link first, pokes it).  A rank thus holds links only to the peers its algorithms
+and the tree-shaped control exchanges use (about 2 log2 n).  A reader thread per
+connected peer always drains its socket (it never sends: what it must send --
 requests for a copy, the copies, answers to probes -- goes to that peer's sender
 thread), so a sender always makes progress while the peer runs, and ``isend`` can
 simply send in the caller's thread.  A send waits for a peer that takes no data
@@ -25,7 +28,7 @@ leaves the others hanging.
 
 Integrity (on by default; ``UNICCL_TCP_CHECKSUM=0`` turns it off): every message
 carries the CRC-32C of its payload, verified on receipt.  The sender keeps a copy of
-what it sent (``UNICCL_TCP_RETAIN_BYTES`` per peer, default 64 MiB, oldest dropped
+what it sent (``UNICCL_TCP_RETAIN_BYTES``, default 64 MiB, one ring shared by the peers, oldest dropped
 first); a receiver that finds a mismatch asks for that message again and holds what the
 peer sent after it until the copy arrives, so order is kept.  Counters:
 ``Mesh.stats``; after 3 failed copies of one message the communicator fails with a
@@ -42,6 +45,7 @@ The modules, each importing only those above it in this list:
 - :mod:`.tls`: ``_TLS`` and ``_TLSIdentity``;
 - :mod:`.sender`: the sending side of each connection, its sender thread;
 - :mod:`.control`: control messages (the agreement of calls, probes, the sync at exit, aborts);
+- :mod:`.heal`: the links, made at first use and dialled again when they break;
 - :mod:`.mesh`: :class:`Mesh`, the connections, reader threads and matching, made of those parts;
 - :mod:`.transport`: :class:`TCPTransport`, one communicator over the mesh.
 """

@@ -1,4 +1,15 @@
-"""Links that heal: a connection that breaks while both processes live (a reset, a NAT or firewall
+"""Links made on first use, and links that heal.
+
+No connection is made at init: a pair of ranks connects when a call first needs it (the first
+send to a peer, or the first receive posted from it), so a rank holds sockets and reader threads
+only for the peers its algorithms use (a ring: 2; recursive doubling and the control exchanges'
+trees: about log2 n).  The first connection is generation 1 of the protocol below, made the
+same way as a redial: the higher rank dials; the lower rank, when it needs the link first,
+pokes the higher one, which then dials.  A peer that cannot be reached at its first use is
+reported as a lost one is; a TLS peer that does not hold the certificate it published is
+refused (InternalError on both sides), as it was at init before.
+
+A connection that breaks while both processes live (a reset, a NAT or firewall
 that drops it, an interface down for longer than TCP waits) is made again, and each stream
 resumes where its receiver stands: no message lost, none delivered twice.
 
@@ -29,6 +40,7 @@ import collections
 import hashlib
 import hmac
 import os
+import random
 import secrets
 import socket
 import struct
@@ -37,7 +49,7 @@ import time
 from typing import Any
 
 from ... import _threads
-from ..._errors import Timeout
+from ..._errors import InternalError, RemoteError, Timeout
 from ...observability.log import logger
 from ...reliability import procs
 from .base import _MeshBase
@@ -50,7 +62,8 @@ _LATER, _TAKEN, _LOST = 0, 1, 2
 _HANDSHAKE_S = 5.0  # the most a handshake step may take (a peer that does not answer: try again)
 _PARK_S = 5.0  # the most an acceptor waits for its reader to leave the broken connection
 _POKE_S = 1.0  # a lower rank pokes this often while its link is down
-_HANDLERS = 16  # handshakes served at once (more connections wait in the listen backlog)
+_FIRST_POKE_S = 5.0  # ... and this often while its first connection is awaited (one poke starts the dial)
+_HANDLERS = 32  # handshakes served at once (more connections wait in the listen backlog)
 
 
 class _Refused(Exception):
@@ -58,16 +71,18 @@ class _Refused(Exception):
 
 
 class _Link:
-    """The connection to one peer beyond its socket: its generation, since when it is broken
-    (monotonic; 0: up), whether its reader has left the broken connection (``parked``), whether
-    the peer is lost for good (``dead``), and how many times it was redialled."""
+    """The connection to one peer beyond its socket: its generation (0: not made yet), since when
+    it is broken (monotonic; 0: up), whether no reader reads it (``parked``: it never connected,
+    or its reader has left the broken connection), whether the peer is lost for good (``dead``),
+    whether its reader thread runs (``reader``), and how many times it was redialled."""
 
-    __slots__ = ("gen", "broken", "parked", "dead", "cv", "reconnects", "busy")
+    __slots__ = ("gen", "broken", "parked", "dead", "reader", "cv", "reconnects", "busy")
 
     def __init__(self):
         self.gen = 0
         self.broken = 0.0
-        self.parked = self.dead = False
+        self.parked = True
+        self.dead = self.reader = False
         self.cv = threading.Condition(threading.Lock())
         self.reconnects = 0
         self.busy = threading.Lock()  # one redial at a time is answered
@@ -91,6 +106,48 @@ class _Healer(_MeshBase):
     def can_heal(self, peer: int) -> bool:
         return self._heals and not self.closed and not self._links[peer].dead and os.getpid() == self._pid
 
+    def can_link(self, peer: int) -> bool:
+        """A dial from ``peer`` may be taken: it heals the link, or makes it for the first time."""
+        first = self.socks[peer] is None and not self.closed and not self._links[peer].dead
+        return self.can_heal(peer) or (first and os.getpid() == self._pid)
+
+    # ------------------------------------------------------------------ first use
+    def _start_reader(self, peer: int, stream=None, gen: int = 0) -> None:
+        """Start ``peer``'s reader thread unless it runs: on ``stream`` (of generation ``gen``),
+        or, None, making the first connection (the higher rank dials, the lower one pokes)."""
+        link = self._links[peer]
+        with link.cv:
+            if link.reader or link.dead or self.closed:
+                return
+            link.reader = True
+        _threads.start(self._reader, args=(peer, stream, gen), name=f"uniccl-tcp-r{self.rank}-from{peer}")
+
+    def _ensure(self, peer: int, deadline) -> None:
+        """A send to ``peer`` needs its link: make it if it is not made (its first use) and wait
+        for it until ``deadline`` (monotonic; None: no limit): Timeout naming the peer, or the
+        error that lost it."""
+        self._start_reader(peer)
+        link = self._links[peer]
+        with link.cv:
+            while self.socks[peer] is None and not link.dead and not self.closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    why = self._stopped(peer) or "does not answer (its process may be stopped or hung)"
+                    limit = getattr(self._tl, "timeout", self.timeout)
+                    raise Timeout(
+                        f"rank {self.rank} timed out after {limit:g} s connecting to {self.where(peer)}: it {why}",
+                        rank=self.rank,
+                        missing_ranks=[peer],
+                    )
+                link.cv.wait(1.0 if left is None else min(left, 1.0))
+        if self.socks[peer] is None:
+            raise self._dead.get(peer) or RemoteError(
+                f"cannot connect to {self.where(peer)}: the connections were closed",
+                rank=self.rank,
+                remote_rank=peer,
+                remote_type="ConnectionError",
+            )
+
     def reconnects(self, peer: int) -> int:
         """Times the connection to ``peer`` broke and was made again."""
         return self._links[peer].reconnects
@@ -105,11 +162,11 @@ class _Healer(_MeshBase):
         any send on it stop at once (nothing if a later generation is up already)."""
         link = self._links[peer]
         with link.cv:
-            if link.gen != gen:
+            sock = self.socks[peer]
+            if link.gen != gen or sock is None:  # (None: not made yet, nothing to break)
                 return
             if not link.broken:
                 link.broken = time.monotonic()
-            sock = self.socks[peer]
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -125,9 +182,15 @@ class _Healer(_MeshBase):
             return None, gen
         self._break(peer, gen)
         self._park(peer)
+        logger.warning("rank %d: the connection to %s broke (%s); redialling", self.rank, self.where(peer), exc)
+        return self._redial(peer, gen, exc)
+
+    def _redial(self, peer: int, gen: int, exc) -> tuple:
+        """(the reader thread of ``peer``) Dial or poke until generation ``gen`` is followed by a
+        newer one: (its stream, its generation), or (None, gen) once the peer is lost (reported).
+        ``exc``: why generation ``gen`` broke (None: it is the first connection)."""
         link = self._links[peer]
         deadline = time.monotonic() + self.timeout if self.timeout else None
-        logger.warning("rank %d: the connection to %s broke (%s); redialling", self.rank, self.where(peer), exc)
         delay, attempt = 0.01, gen
         try:
             while True:
@@ -138,7 +201,9 @@ class _Healer(_MeshBase):
                 if link.dead or self.closed:
                     raise _Refused("the mesh was closed" if self.closed else "it was given up")
                 if deadline is not None and time.monotonic() > deadline:
-                    raise _Refused(f"it could not be reached again within {self.timeout:g} s")
+                    raise _Refused(
+                        f"it could not be reached{'' if exc is None else ' again'} within {self.timeout:g} s"
+                    )
                 if self._gone(peer):
                     raise _Refused("its process is gone")
                 if peer < self.rank:  # each dial a new generation: one whose answer was lost is not taken again
@@ -147,13 +212,18 @@ class _Healer(_MeshBase):
                         continue
                     wait = delay
                 else:  # once the higher rank heard the poke, it redials: wait for that
-                    wait = _POKE_S if self._poke(peer, gen) else delay
-                delay = min(0.5, delay * 2)  # (a dying peer's listener may still take a connection)
+                    wait = (_POKE_S if exc is not None else _FIRST_POKE_S) if self._poke(peer, gen) else delay
+                # (a dying peer's listener may still take a connection; at a job's first calls many
+                # ranks dial at once: spread their tries)
+                delay = min(0.5 if exc is not None else 2.0, delay * 2) * random.uniform(0.75, 1.25)
                 with link.cv:
                     if link.gen == gen and not link.dead:
                         link.cv.wait(wait)
         except _Refused as why:
-            self._peer_lost(peer, f"{exc}; redialling failed: {why}")
+            if exc is None:
+                self._peer_lost(peer, f"cannot connect to it: {why}")
+            else:
+                self._peer_lost(peer, f"{exc}; redialling failed: {why}")
             return None, gen
 
     def _gone(self, peer: int) -> bool:
@@ -236,7 +306,7 @@ class _Healer(_MeshBase):
                 sock, _ = listener.accept()
             except OSError:
                 return  # closed (the mesh was)
-            if not slots.acquire(blocking=False):
+            if not slots.acquire(timeout=_HANDSHAKE_S):  # (the others wait in the listen backlog)
                 sock.close()  # a flood: the real peer tries again
                 continue
             _threads.start(self._answer, args=(sock, slots), name=f"uniccl-tcp-redial{self.rank}")
@@ -254,15 +324,18 @@ class _Healer(_MeshBase):
             if not hmac.compare_digest(bytes(raw[_RESUME.size :]), expect) or not 0 <= peer < self.size:
                 sock.close()  # not one of ours
                 return
-            if peer == self.rank or not self.can_heal(peer):
+            if peer == self.rank or not self.can_link(peer):
                 sock.sendall(_ANSWER.pack(_LOST, 0))
                 sock.close()
                 return
             link = self._links[peer]
-            if kind == _POKE:  # the lower rank's side broke: mine is broken too, the reader redials
+            if kind == _POKE:  # the lower rank needs the link first, or its side broke: the reader dials
                 sock.sendall(_ANSWER.pack(_LATER, 0))
                 sock.close()
-                self._break(peer, gen)
+                if self.socks[peer] is None:
+                    self._start_reader(peer)
+                else:
+                    self._break(peer, gen)
                 return
             if kind != _DIAL or peer < self.rank or not link.busy.acquire(blocking=False):
                 sock.sendall(_ANSWER.pack(_LATER, 0))
@@ -307,11 +380,20 @@ class _Healer(_MeshBase):
     # ------------------------------------------------------------------ both sides
     def _secure(self, peer: int, sock, server_side: bool):
         """Under TLS, the handshake on the new connection (the stream, None if it failed: the
-        dialer tries again); plain TCP: False, no stream."""
+        dialer tries again); plain TCP: False, no stream.  A peer refused at its first connection
+        (it holds another certificate than it published) is lost: _Refused."""
         if self._tls is None:
             return False
         try:
             return self._tls.handshake(self, sock, peer, server_side, self._secret)
+        except ConnectionRefusedError as exc:
+            sock.close()
+            if self.socks[peer] is not None:
+                logger.warning("rank %d: TLS on the redialled connection to rank %d failed: %s", self.rank, peer, exc)
+                return None
+            error = InternalError(f"cannot connect to {self.where(peer)}: {exc}", rank=self.rank)
+            self._peer_lost(peer, exc, error=error)
+            raise _Refused(str(exc)) from None
         except (OSError, ConnectionError) as exc:
             logger.warning("rank %d: TLS on the redialled connection to rank %d failed: %s", self.rank, peer, exc)
             sock.close()
@@ -344,6 +426,7 @@ class _Healer(_MeshBase):
         before anything new)."""
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # a send blocked on a full socket returns every _SLICE_US: sends can keep a deadline
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, _SLICE_US))
         link, out = self._links[peer], self._outs[peer]
         with self.send_locks[peer]:  # no send goes on the old stream any more
@@ -358,14 +441,20 @@ class _Healer(_MeshBase):
                 out.pending.clear()  # the rest of a message begun on the old stream: it comes again whole
                 for pieces in owed:
                     self._owe(out, pieces, kick=False)
-                link.gen, link.broken = gen, 0.0
-                link.reconnects += 1
+                link.gen, link.broken, link.parked = gen, 0.0, False
+                link.reconnects += old is not None
+                start, link.reader = not link.reader, True
                 link.cv.notify_all()
+        if start:  # made here, by a dial, before this rank needed it: its reader starts now
+            _threads.start(self._reader, args=(peer, stream or sock, gen), name=f"uniccl-tcp-r{self.rank}-from{peer}")
+        if out.thread is not None or out.pending:  # (a sender thread only where one is needed)
+            self._kick(out)
+        if old is None:  # the first connection
+            return True
         try:
             old.close()
         except OSError:
             pass
-        self._kick(out)
         logger.warning(
             "rank %d: the connection to %s is back (redial %d); %d message(s) sent again",
             self.rank,

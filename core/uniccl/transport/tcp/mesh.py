@@ -1,5 +1,6 @@
-"""The TCP mesh (:class:`Mesh`): the connections of one job (authenticated at set-up, TLS
-under ``UNICCL_TCP_TLS=1``), a reader thread per peer that always drains its socket, and the
+"""The TCP mesh (:class:`Mesh`): the connections of one job (made at first use and
+authenticated then, TLS under ``UNICCL_TCP_TLS=1``: :mod:`.heal`), a reader thread per
+connected peer that always drains its socket, and the
 matching of what arrives to the receives posted: the oldest message of a (peer, context, tag)
 to the oldest receive of it.  The Mesh is made of parts: :mod:`.sender`, :mod:`.integrity`
 and :mod:`.control` (their common state: :mod:`.base`); the overview is the package's
@@ -11,18 +12,14 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
-import hashlib
-import hmac
 import os
-import secrets
 import socket
-import struct
 import threading
 import time
 import weakref
 
 from ... import _env, _threads
-from ..._errors import InternalError, RemoteError, Revoked, Timeout
+from ..._errors import RemoteError, Revoked, Timeout
 from ...bootstrap.rendezvous import bind_address, rendezvous
 from ...observability.log import logger
 from ...reliability import procs
@@ -44,14 +41,12 @@ from .wire import (
     _GONE,
     _HDR,
     _HEAD,
-    _HELLO,
     _NACK,
     _NACK_TAG,
     _PROBE_TAG,
     _PROBED_TAG,
     _REC_BASE,
     _RETRANSMIT,
-    _SLICE_US,
     _STAMPED,
     _SYNCED_TAG,
     _TIMED_BYTES,
@@ -85,18 +80,18 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         }
         if tls is not None:
             payload["tls"] = tls.public()
-        self.table = rendezvous(uid, rank, size, payload, timeout)
-        self.socks: list = [None] * size
-        self._outs: list = [None] * size  # per peer: _Out, the sending side of its connection
-        self.send_locks = [threading.Lock() for _ in range(size)]
         try:
-            self._connect(uid.secret, listener, timeout, tls)
+            self.table = rendezvous(uid, rank, size, payload, timeout)
         except BaseException:
             listener.close()
             if tls is not None:
                 tls.discard()
             raise
-        self._tls = tls  # kept (its key in memory) for the redials of broken connections: heal.py
+        # a pair connects when a call first needs it (heal.py): nothing is dialled here
+        self.socks: list = [None] * size
+        self._outs: list = [None if p == rank else _Out(p, None) for p in range(size)]  # the sending sides
+        self.send_locks = [threading.Lock() for _ in range(size)]
+        self._tls = tls  # kept (its key in memory) for the connections made later: heal.py
         self._secret = uid.secret
         self._links = [_Link() for _ in range(size)]
         self._lock = threading.Lock()
@@ -133,71 +128,14 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         self.worlds = 0  # world communicators made by init(): the n-th has the same context everywhere
         self._pid = os.getpid()
         _at_exit(self)
-        for peer, sock in enumerate(self.socks):
-            if sock is not None:
-                stream = self._outs[peer].tls or sock  # TLS: the reader decrypts as it reads
-                _threads.start(self._reader, args=(peer, stream), name=f"uniccl-tcp-r{rank}-from{peer}")
-        # the lower ranks' ends of broken connections are dialled here again (heal.py)
-        self._listener = listener if self._heals and size > 1 else None
+        # the lower rank of each pair listens for the higher one's dial (first use, or redial)
+        self._listener = listener if size > 1 else None
         if self._listener is None:
             listener.close()
             if tls is not None:
                 tls.discard()
         else:
             _threads.start(self._serve_redials, args=(listener,), name=f"uniccl-tcp-listen{rank}")
-
-    def _connect(self, secret: bytes, listener, timeout: float, tls=None) -> None:
-        deadline = time.monotonic() + timeout
-        for peer in range(self.rank):  # connect to the lower ranks ...
-            t = self.table[peer]
-            try:
-                sock = socket.create_connection((t["addr"], t["port"]), timeout=max(1, deadline - time.monotonic()))
-                nonce: bytes | bytearray = bytearray(16)
-                _recv_into(sock, memoryview(nonce))
-                proof = hmac.new(secret, bytes(nonce) + struct.pack("<I", self.rank), hashlib.sha256).digest()
-                sock.sendall(_HELLO.pack(self.rank, proof))
-                stream = None if tls is None else tls.handshake(self, sock, peer, False, secret)
-            except OSError as exc:
-                raise InternalError(f"cannot connect to {self.where(peer)}: {exc}", op="init", rank=self.rank) from None
-            self._adopt(peer, sock, stream)
-        while any(s is None for r, s in enumerate(self.socks) if r > self.rank):  # ... accept the higher
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                missing = [r for r, s in enumerate(self.socks) if s is None and r > self.rank]
-                raise Timeout(f"ranks {missing} did not connect within {timeout:.0f} s", op="init", rank=self.rank)
-            listener.settimeout(remaining)
-            try:
-                sock, _ = listener.accept()
-                sock.settimeout(10)
-                nonce = secrets.token_bytes(16)
-                sock.sendall(nonce)
-                hello = bytearray(_HELLO.size)
-                _recv_into(sock, memoryview(hello))
-                peer, proof = _HELLO.unpack(hello)
-                expect = hmac.new(secret, nonce + struct.pack("<I", peer), hashlib.sha256).digest()
-            except OSError:
-                continue
-            if not hmac.compare_digest(proof, expect) or not self.rank < peer < self.size or self.socks[peer]:
-                sock.close()  # not one of ours: ignore it, keep waiting for the real peer
-                continue
-            stream = None
-            if tls is not None:  # a rank of the job (it proved the secret): it must hold the certificate it published
-                try:
-                    stream = tls.handshake(self, sock, peer, True, secret)
-                except OSError as exc:
-                    sock.close()
-                    raise InternalError(
-                        f"cannot connect to {self.where(peer)}: {exc}", op="init", rank=self.rank
-                    ) from None
-            self._adopt(peer, sock, stream)
-
-    def _adopt(self, peer: int, sock, tls=None) -> None:
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # a send blocked on a full socket returns every _SLICE_US: sends can keep a deadline
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, _SLICE_US))
-        self.socks[peer] = sock
-        self._outs[peer] = _Out(peer, sock, tls)
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
@@ -224,6 +162,8 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                     req.done.set()
                     return req
                 self._posted.setdefault(key, collections.deque()).append(req)
+                if self.socks[peer] is None and peer != self.rank:
+                    self._start_reader(peer)  # first use: the link is made meanwhile (a death is then seen)
                 return req
         self._fill(req, payload)
         return req
@@ -275,9 +215,11 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 return
         self._fill(req, payload)
 
-    def _reader(self, peer: int, sock) -> None:
-        """(thread) Read what ``peer`` sends, over each connection to it in turn (heal.py)."""
-        gen = 0
+    def _reader(self, peer: int, sock, gen: int) -> None:
+        """(thread) Read what ``peer`` sends, over each connection to it in turn (heal.py); the
+        first one made here first when ``sock`` is None."""
+        if sock is None:
+            sock, gen = self._redial(peer, gen, None)
         while sock is not None:
             try:
                 self._read(peer, sock)
@@ -480,21 +422,24 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         req.done.set()
         return True
 
-    def _peer_lost(self, peer: int, exc, current=None) -> None:
-        error = RemoteError(
-            f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
-            rank=self.rank,
-            remote_rank=peer,
-            remote_type="ConnectionError",
-        )
-        link = self._links[peer]
-        with link.cv:  # senders waiting for a redial give up
-            link.dead = True
-            link.cv.notify_all()
+    def _peer_lost(self, peer: int, exc, current=None, error=None) -> None:
+        """``peer`` is lost for good (``exc``: why; ``error``: what its calls raise, if not the
+        RemoteError saying that it exited or was killed): every receive from it fails."""
+        if error is None:
+            error = RemoteError(
+                f"lost the connection to {self.where(peer)}: {exc} (it exited or was killed)",
+                rank=self.rank,
+                remote_rank=peer,
+                remote_type="ConnectionError",
+            )
         with self._lock:
-            self._dead[peer] = error
+            error = self._dead.setdefault(peer, error)  # (the first verdict stays)
             keys = [k for k in self._posted if k[0] == peer]
             reqs = [r for k in keys for r in self._posted.pop(k)]
+        link = self._links[peer]
+        with link.cv:  # senders waiting for the link give up (after _dead says why)
+            link.dead = True
+            link.cv.notify_all()
         if current is not None and not current.done.is_set():
             reqs.append(current)  # half received when the connection dropped
         for req in reqs:
@@ -514,7 +459,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             self._listener = None
         deadline = time.monotonic() + 1.0
         for peer, out in enumerate(self._outs):
-            if out is None:
+            if out is None or out.sock is None:
                 continue
             with out.cv:
                 out.cv.notify_all()
@@ -527,6 +472,11 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 except OSError:
                     pass
                 sock.close()
+        for link in self._links:  # waits for a first connection end
+            with link.cv:
+                link.cv.notify_all()
+        if self._tls is not None:
+            self._tls.discard()
 
     def set_timeout(self, seconds: float) -> None:
         self._tl.timeout = seconds

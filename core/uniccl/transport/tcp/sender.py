@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from ... import _threads
-from ..._errors import RemoteError, Timeout
+from ..._errors import RemoteError, Timeout, UnicclError
 from .base import _MeshBase, _Payload
 from .wire import _INLINE, _STAMPED, _TIMED_BYTES, _TLS_SLICE, CTRL, _head, _push, _view
 
@@ -86,6 +86,8 @@ class _Sender(_MeshBase):
             tracer.span("message", f"send to rank {peer}", t0, t1, {"bytes": nbytes, "tag": tag})
 
     def _send(self, peer: int, ctx: int, tag: int, ptr, nbytes: int, data, stamp) -> None:
+        if self.socks[peer] is None:  # its first use: connect (heal.py), within the call's limit
+            self._ensure(peer, self._deadline())
         lock = self.send_locks[peer]
         deadline, gen = _LAZY, -1
         try:
@@ -267,6 +269,14 @@ class _Sender(_MeshBase):
                     out.cv.notify_all()  # idle: close() may wait for this
                     out.cv.wait()
                 job = out.jobs[0] if out.jobs else None
+            if out.sock is None:  # a notice to a peer not connected yet: connect first
+                try:
+                    self._ensure(peer, self._deadline())
+                except UnicclError:  # lost, or silent for the whole limit: nothing goes to it
+                    with lock, out.cv:
+                        out.pending.clear()
+                        out.jobs.clear()
+                    continue
             broke = -1
             with lock:
                 try:
@@ -309,7 +319,7 @@ class _Sender(_MeshBase):
         """Put ``data`` (a whole message) on the stream to ``peer`` without waiting for the peer:
         now if its socket takes it, else after what is owed, by its sender thread."""
         out, lock = self._outs[peer], self.send_locks[peer]
-        if not lock.acquire(False):  # a send to it is in progress: the message goes after it
+        if out.sock is None or not lock.acquire(False):  # not connected yet, or a send to it is in progress
             self._kick(out, [(data,), None])
             return
         job = None
@@ -326,6 +336,11 @@ class _Sender(_MeshBase):
 
     def _try_send(self, peer: int, data: bytes, wait: float) -> bool:
         """Send ``data`` (a whole message) if the peer takes it within ``wait`` seconds."""
+        if self.socks[peer] is None:
+            try:
+                self._ensure(peer, time.monotonic() + wait)
+            except UnicclError:
+                return False
         lock = self.send_locks[peer]
         if not lock.acquire(timeout=wait):
             return False

@@ -23,6 +23,8 @@ from .control import _SILENT
 from .mesh import Mesh
 from .wire import _CTRL_TAG_BASE, _FLUSH_TAG, _MASK, _REC_BASE, _SLOW_BASE, _T, CTRL, DATA, P2P, derive_context
 
+_TO_ALL_UP_TO = 8  # ranks: up to this many, a call's records go to every rank at once (see _disseminate)
+
 
 class TCPTransport(Transport):
     """One communicator's view of the mesh: its ranks (world ranks in communicator
@@ -169,7 +171,8 @@ class TCPTransport(Transport):
     # the set of ranks whose records it has matched (its own, and those of every stamp it
     # accepted).  The ring and doubling algorithms pass stamps around until every rank has
     # matched every other ("light" calls: no extra message at all); other calls also send
-    # their record to every rank and check all of them before returning.  At the first
+    # their record to every rank (beyond _TO_ALL_UP_TO ranks: round a ring, then dissemination)
+    # and check all of them before returning.  At the first
     # difference, seen by any rank, every rank exchanges full records, judges, drops what was
     # sent ahead (flush) and raises alike, and the communicator stays usable.
     def announce(self, seq: int, tag: int, record: bytes, full: bytes, light: bool, mismatched) -> None:
@@ -183,7 +186,12 @@ class TCPTransport(Transport):
         self.active = True
         known_bad = mesh.begin(self.ctx + DATA, seq, tag, record)
         if not light:
-            self._recs = self._to_all(self.ctx + CTRL, _REC_BASE + tag, full)
+            if self.size > _TO_ALL_UP_TO:  # round 0 of the dissemination (see finish)
+                n = self.size
+                self._recs = [mesh.post(self.members[(me - 1) % n], self.ctx + CTRL, _REC_BASE + tag, None, 0)]
+                self._send_rec((me + 1) % n, _REC_BASE + tag, full)
+            else:
+                self._recs = self._to_all(self.ctx + CTRL, _REC_BASE + tag, full)
         if known_bad or full is not record:
             self._mismatch()
 
@@ -192,6 +200,8 @@ class TCPTransport(Transport):
         if self._light:
             if self._mask != self._full_mask:
                 self._mismatch()
+        elif self.size > _TO_ALL_UP_TO:
+            self._disseminate()
         else:
             for _p, req in enumerate(cast("list[_Recv | None]", self._recs)):  # (not light: posted)
                 if req is None:
@@ -214,6 +224,41 @@ class TCPTransport(Transport):
         self.active = False
         if self._tag is not None:
             self.mesh.end(self.ctx + DATA, self._tag)
+
+    # Beyond _TO_ALL_UP_TO ranks a call that is not light does not send its record to every rank
+    # (n - 1 messages, and a link to each): at announce each rank sends it to rank + 1 (a ring: if
+    # every rank's record equals its left neighbour's, all are equal, so any difference is seen
+    # there, early, as _to_all's would be); at finish ceil(log2 n) rounds of dissemination (rank
+    # + 2^k) pass the record on from each rank whose every check so far passed, so that no rank
+    # returns before every rank's check has reached it.  A rank that finds a difference sends no
+    # more: it judges (Mismatched), which tells every rank, as a difference seen by _to_all does.
+    def _send_rec(self, peer: int, tag: int, data: bytes) -> None:
+        try:
+            self.mesh.send(self.members[peer], self.ctx + CTRL, tag, None, len(data), data)
+        except Timeout as exc:
+            raise self._local(exc) from None
+
+    def _disseminate(self) -> None:
+        me, n, mesh = self.rank, self.size, self.mesh
+        tag = _REC_BASE + cast(int, self._tag)
+        req: _Recv | None = cast("list[_Recv | None]", self._recs)[0]
+        d = 1
+        while True:
+            try:
+                mesh.wait(cast(_Recv, req))
+            except _Flushed:
+                self._mismatch()
+            except Timeout as exc:  # the rank it waited for may itself wait for another: ask them all
+                raise (self._missing(exc) if exc.extra.get("remote_rank") is None else self._local(exc)) from None
+            except (RemoteError, Revoked) as exc:
+                raise self._local(exc) from None
+            if cast(_Recv, req).data != self._full:
+                self._mismatch()
+            if d >= n:
+                return
+            req = mesh.post(self.members[(me - d) % n], self.ctx + CTRL, tag, None, 0)
+            self._send_rec((me + d) % n, tag, cast(bytes, self._full))
+            d <<= 1
 
     def _to_all(self, ctx: int, tag: int, data: bytes) -> list:
         """Post a receive from every other member, then send ``data`` to each: the receives, in
@@ -304,10 +349,12 @@ class TCPTransport(Transport):
         self._ctrl_seq += 1
         return _CTRL_TAG_BASE + self._ctrl_seq % _CTRL_TAG_BASE
 
-    def _exchange(self, payloads: dict, sources, ctx: int | None = None) -> dict:
+    def _exchange(self, payloads: dict, sources, ctx: int | None = None, tag: int | None = None) -> dict:
         """Send ``payloads[peer]`` (bytes) to each peer, return {source: bytes} (``ctx``: a
-        control context other than this communicator's)."""
-        tag, ctx = self._ctrl_tag(), self.ctx + CTRL if ctx is None else ctx
+        control context other than this communicator's; ``tag``: one of an exchange in rounds,
+        whose every round has other peers)."""
+        tag = self._ctrl_tag() if tag is None else tag
+        ctx = self.ctx + CTRL if ctx is None else ctx
         reqs = {src: self.mesh.post(self.members[src], ctx, tag, None, 0) for src in sources}
         try:
             for peer, data in payloads.items():
@@ -320,31 +367,47 @@ class TCPTransport(Transport):
             out[src] = req.data
         return out
 
+    # The control exchanges run over trees, not all to all: a rank talks to about log2(n) peers,
+    # so that the links made on first use (heal.py) stay few at any n.
     def bcast_obj(self, obj, root: int = 0):
-        if self.rank == root:
-            data = pickle.dumps(obj)
-            self._exchange({p: data for p in range(self.size) if p != root}, ())
-            return obj
-        return pickle.loads(self._exchange({}, (root,))[root])
+        """``root``'s ``obj`` on every rank, down a binomial tree (ceil(log2 n) rounds)."""
+        n, v = self.size, (self.rank - root) % self.size  # v: this rank's place in the tree
+        data, mask, tag = pickle.dumps(obj) if v == 0 else b"", 1, self._ctrl_tag()
+        while mask < n:  # receive from the parent: v without its lowest set bit
+            if v & mask:
+                parent = (v - mask + root) % n
+                data = self._exchange({}, (parent,), tag=tag)[parent]
+                break
+            mask <<= 1
+        mask >>= 1
+        while mask:  # then send to the children v + mask, the largest subtree first
+            if v + mask < n:
+                self._exchange({(v + mask + root) % n: data}, (), tag=tag)
+            mask >>= 1
+        return obj if v == 0 else pickle.loads(data)
+
+    def _allgather_bytes(self, data: bytes, ctx: int | None = None) -> list[bytes]:
+        """Every rank's ``data``, in rank order: Bruck's algorithm, ceil(log2 n) rounds, in round k
+        the blocks this rank holds go to rank - 2^k and those of rank + 2^k come in."""
+        n, r = self.size, self.rank
+        blocks = [data]  # blocks[i]: rank (r + i) % n's
+        d, tag = 1, self._ctrl_tag()
+        while d < n:
+            count = min(d, n - d)
+            src, dst = (r + d) % n, (r - d) % n
+            got = self._exchange({dst: pickle.dumps(blocks[:count])}, (src,), ctx, tag)[src]
+            blocks.extend(pickle.loads(got))
+            d <<= 1
+        return [blocks[(p - r) % n] for p in range(n)]
 
     def allgather_obj(self, obj, ctx: int | None = None) -> list:
-        data = pickle.dumps(obj)
-        got = self._exchange(
-            {p: data for p in range(self.size) if p != self.rank},
-            [p for p in range(self.size) if p != self.rank],
-            ctx,
-        )
-        return [obj if p == self.rank else pickle.loads(got[p]) for p in range(self.size)]
+        mine = pickle.dumps(obj)
+        return [obj if p == self.rank else pickle.loads(b) for p, b in enumerate(self._allgather_bytes(mine, ctx))]
 
     def allgather_array(self, arr, out) -> None:
         """``out[i] = arr`` of rank i (numpy arrays; ``out`` has ``size`` rows)."""
-        data = arr.tobytes()
-        got = self._exchange(
-            {p: data for p in range(self.size) if p != self.rank}, [p for p in range(self.size) if p != self.rank]
-        )
-        out[self.rank] = arr
-        for p, raw in got.items():
-            out[p] = np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
+        for p, raw in enumerate(self._allgather_bytes(arr.tobytes())):
+            out[p] = arr if p == self.rank else np.frombuffer(raw, dtype=arr.dtype).reshape(arr.shape)
 
     def split(self, color: int, key: int) -> TCPTransport | None:
         """Ranks of one ``color`` ordered by (key, rank); UNDEFINED (-1) gets None.  The colors

@@ -19,7 +19,6 @@ from ..record import RECORD_BYTES
 _HDR = struct.Struct("<QIQIIQ")  # context, tag, payload bytes, CRC-32C, flags, message id (per sender and peer)
 _CHECKED, _RETRANSMIT, _GONE = 1, 2, 4  # flags: the CRC is valid; a message sent again; asked for but no longer held
 _NACK = struct.Struct("<Q")  # the payload of a request to send message id again
-_HELLO = struct.Struct("<I32s")  # connecting rank, HMAC(secret, acceptor nonce + rank)
 _INLINE = 64 * 1024  # payloads up to this size go out in one send with their header
 _TIMED_BYTES = 32 * 1024  # telemetry times messages from this size on (their clock reads cost < 1 %)
 DATA, P2P, CTRL = 0, 1, 2  # channels of one communicator, like MPITransport's three dup'ed comms
