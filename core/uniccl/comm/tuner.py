@@ -15,13 +15,13 @@ Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from .. import _env
 from .._errors import InvalidArgument
 from ..observability.log import logger
 from ..transport.record import COLLECTIVES
+from . import costmodel
 
 _P2P: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "recursive_doubling"),
@@ -64,11 +64,11 @@ def parse_rules(spec: str) -> dict:
 
 
 def cost_all_reduce(algorithm: str, nbytes: int, n: int) -> float:
+    """Predicted seconds of all_reduce by ``algorithm`` ("recursive_doubling", otherwise ring) with
+    this module's constants; the formulas are :mod:`.costmodel`'s."""
     if algorithm == "recursive_doubling":
-        steps = math.ceil(math.log2(n)) + (2 if n & (n - 1) else 0)
-        return steps * (ALPHA + nbytes * (BETA + GAMMA))
-    # ring: 2(n-1) steps of nbytes/n each, reduction on half of them
-    return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * nbytes * BETA + (n - 1) / n * nbytes * GAMMA
+        return costmodel.recursive_doubling(nbytes, n, ALPHA, BETA, GAMMA)
+    return costmodel.ring(nbytes, n, ALPHA, BETA, GAMMA)
 
 
 class Tuner:
