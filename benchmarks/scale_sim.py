@@ -100,7 +100,7 @@ def holdings() -> dict:
     names = [t.name for t in threading.enumerate()]  # next to Threads: (a sender may start any time)
     out.update(status())
     out["py_threads"] = len(names)
-    out["readers"] = sum(n.startswith("uniccl-tcp-r") for n in names)
+    out["readers"] = sum("-from" in n and n.startswith("uniccl-tcp-r") for n in names)  # (not handshakes)
     out["senders"] = sum(n.startswith("uniccl-tcp-s") for n in names)
     kinds = Counter(re.sub(r"\d+", "N", n) for n in names)
     out["thread_kinds"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))

@@ -53,7 +53,7 @@ row = {
     "transport": comm._t.name,
     "tcp_established": established_tcp(),
     "links": sum(s is not None for s in mesh.socks),
-    "readers": sum(t.name.startswith("uniccl-tcp-r") for t in threading.enumerate()),
+    "readers": sum(t.name.startswith(f"uniccl-tcp-r{r}-from") for t in threading.enumerate()),  # (not handshakes)
     "threads": threading.active_count(),
 }
 print(json.dumps(row), flush=True)

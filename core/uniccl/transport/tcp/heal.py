@@ -309,7 +309,7 @@ class _Healer(_MeshBase):
             if not slots.acquire(timeout=_HANDSHAKE_S):  # (the others wait in the listen backlog)
                 sock.close()  # a flood: the real peer tries again
                 continue
-            _threads.start(self._answer, args=(sock, slots), name=f"uniccl-tcp-redial{self.rank}")
+            _threads.start(self._answer, args=(sock, slots), name=f"uniccl-tcp-handshake{self.rank}")
 
     def _answer(self, sock, slots) -> None:
         try:
