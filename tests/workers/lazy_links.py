@@ -46,6 +46,7 @@ for count in (2, 16384):  # 8 B and 64 KiB of float32
     comm.broadcast(b, root=0)  # a binomial tree; its records go round by dissemination beyond 8 ranks
     ok = ok and bool(np.array_equal(b, (base + 7).astype(np.float32)))
 comm.barrier()  # records only: a ring, then dissemination (rank +- 2^k)
+comm.barrier()  # (no rank exits before every rank has counted: at exit a rank syncs with its links)
 mesh = comm._t.mesh
 row = {
     "rank": r,
@@ -53,6 +54,7 @@ row = {
     "transport": comm._t.name,
     "tcp_established": established_tcp(),
     "links": sum(s is not None for s in mesh.socks),
+    "peers": [p for p, s in enumerate(mesh.socks) if s is not None],
     "readers": sum(t.name.startswith(f"uniccl-tcp-r{r}-from") for t in threading.enumerate()),  # (not handshakes)
     "threads": threading.active_count(),
 }
