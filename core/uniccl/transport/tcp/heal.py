@@ -443,10 +443,8 @@ class _Healer(_MeshBase):
                     self._owe(out, pieces, kick=False)
                 link.gen, link.broken, link.parked = gen, 0.0, False
                 link.reconnects += old is not None
-                start, link.reader = not link.reader, True
                 link.cv.notify_all()
-        if start:  # made here, by a dial, before this rank needed it: its reader starts now
-            _threads.start(self._reader, args=(peer, stream or sock, gen), name=f"uniccl-tcp-r{self.rank}-from{peer}")
+        self._start_reader(peer, stream or sock, gen)  # made here, by a dial, before this rank needed it
         if out.thread is not None or out.pending:  # (a sender thread only where one is needed)
             self._kick(out)
         if old is None:  # the first connection
