@@ -34,13 +34,14 @@ TCP = {"UNICCL_TRANSPORT": "tcp"}
 class Job:
     """``uniccl run -n N`` of a worker, its output lines read as they come."""
 
-    def __init__(self, n: int, script: str, *args, env: dict | None = None):
+    def __init__(self, n: int, script: str, *args, env: dict | None = None, launcher: tuple = ()):
         cmd = [
             sys.executable,
             "-m",
             "uniccl",
             "run",
             "--no-prefix",
+            *launcher,
             "-n",
             str(n),
             sys.executable,
@@ -344,7 +345,9 @@ def test_tls_a_rank_with_another_certificate_than_it_published_is_refused():
 
 def test_tls_a_dead_rank_is_still_named():
     env = dict(TLS, UNICCL_FAULT_INJECT="kill_at=5,kill_rank=2")
-    job = Job(3, "tcp_tls.py", "die", env=env)
+    # (--enable-recovery: the survivors run on to print; without it the launcher stops them as soon
+    # as it reaps the dead rank, a few ms after they see the death, and may win that race)
+    job = Job(3, "tcp_tls.py", "die", env=env, launcher=("--enable-recovery",))
     try:
         rows = job.rows(lambda rows: len(rows) == 2, 120)
     finally:

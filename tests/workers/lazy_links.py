@@ -55,7 +55,9 @@ row = {
     "tcp_established": established_tcp(),
     "links": sum(s is not None for s in mesh.socks),
     "peers": [p for p, s in enumerate(mesh.socks) if s is not None],
-    "readers": sum(t.name.startswith(f"uniccl-tcp-r{r}-from") for t in threading.enumerate()),  # (not handshakes)
+    "readers": sum(
+        t.name.startswith(f"uniccl-tcp-r{r}-poll") for t in threading.enumerate()
+    ),  # (not handshakes, not link threads)
     "threads": threading.active_count(),
 }
 print(json.dumps(row), flush=True)

@@ -5,10 +5,10 @@ first use (the first send to a peer, or the first receive posted from it: :mod:`
 every rank listens and publishes its address through a rendezvous
 (:mod:`uniccl.bootstrap.rendezvous`); the higher rank of a pair dials the lower one (which,
 needing the link first, pokes it).  A rank thus holds links only to the peers its algorithms
-and the tree-shaped control exchanges use (about 2 log2 n).  A reader thread per
-connected peer always drains its socket (it never sends: what it must send --
-requests for a copy, the copies, answers to probes -- goes to that peer's sender
-thread), so a sender always makes progress while the peer runs, and ``isend`` can
+and the tree-shaped control exchanges use (about 2 log2 n).  At most four reader
+threads, each an epoll loop over some peers' sockets (:mod:`.poller`), always drain
+them (they never block: what they must send -- requests for a copy, the copies,
+answers to probes -- goes to that peer's sender thread), so a sender always makes progress while the peer runs, and ``isend`` can
 simply send in the caller's thread.  A send waits for a peer that takes no data
 (stopped, hung) at most the call's timeout, then raises Timeout naming it; what a
 timed-out send left unsent is kept and goes out first when the peer takes data
@@ -45,8 +45,9 @@ The modules, each importing only those above it in this list:
 - :mod:`.tls`: ``_TLS`` and ``_TLSIdentity``;
 - :mod:`.sender`: the sending side of each connection, its sender thread;
 - :mod:`.control`: control messages (the agreement of calls, probes, the sync at exit, aborts);
+- :mod:`.poller`: the reader threads, epoll loops running each connection's reader (a generator);
 - :mod:`.heal`: the links, made at first use and dialled again when they break;
-- :mod:`.mesh`: :class:`Mesh`, the connections, reader threads and matching, made of those parts;
+- :mod:`.mesh`: :class:`Mesh`, the connections, the reading of messages and matching, made of those parts;
 - :mod:`.transport`: :class:`TCPTransport`, one communicator over the mesh.
 """
 

@@ -53,6 +53,7 @@ from ..._errors import InternalError, RemoteError, Timeout
 from ...observability.log import logger
 from ...reliability import procs
 from .base import _MeshBase
+from .poller import READERS, _Poller
 from .wire import _SLICE_US, _recv_into
 
 _RESUME = struct.Struct("<IIQQ")  # the caller's rank, _DIAL or _POKE, a generation, the next message id it expects
@@ -74,7 +75,8 @@ class _Link:
     """The connection to one peer beyond its socket: its generation (0: not made yet), since when
     it is broken (monotonic; 0: up), whether no reader reads it (``parked``: it never connected,
     or its reader has left the broken connection), whether the peer is lost for good (``dead``),
-    whether its reader thread runs (``reader``), and how many times it was redialled."""
+    whether it is read or being made (``reader``: given to a reader thread, or a link thread
+    makes it), and how many times it was redialled."""
 
     __slots__ = ("gen", "broken", "parked", "dead", "reader", "cv", "reconnects", "busy")
 
@@ -102,6 +104,9 @@ class _Healer(_MeshBase):
     timeout: float
     _kept: Any
     _next_id: list[int]
+    _pollers: list  # the reader threads (poller._Poller), made as connections need them
+    _poller_of: list[int]  # per peer: the index of the reader thread its connections go to (-1: none yet)
+    _polled: int  # peers given a reader thread so far
 
     def can_heal(self, peer: int) -> bool:
         return self._heals and not self.closed and not self._links[peer].dead and os.getpid() == self._pid
@@ -113,14 +118,48 @@ class _Healer(_MeshBase):
 
     # ------------------------------------------------------------------ first use
     def _start_reader(self, peer: int, stream=None, gen: int = 0) -> None:
-        """Start ``peer``'s reader thread unless it runs: on ``stream`` (of generation ``gen``),
-        or, None, making the first connection (the higher rank dials, the lower one pokes)."""
+        """Have ``peer``'s connection read unless it is (or is being made): ``stream`` (of
+        generation ``gen``) from now on, or, None, once the first connection is made (by a
+        thread of its own: the higher rank dials, the lower one pokes)."""
         link = self._links[peer]
         with link.cv:
             if link.reader or link.dead or self.closed:
                 return
             link.reader = True
-        _threads.start(self._reader, args=(peer, stream, gen), name=f"uniccl-tcp-r{self.rank}-from{peer}")
+        if stream is None:
+            _threads.start(self._relink, args=(peer, 0, None), name=f"uniccl-tcp-link{self.rank}-to{peer}")
+        else:
+            self._poll(peer, stream, gen)
+
+    def _poll(self, peer: int, stream, gen: int) -> None:
+        """Give ``stream`` to a reader thread (poller.py): ``peer``'s own, or the next in turn."""
+        with self._lock:
+            k = self._poller_of[peer]
+            if k < 0:
+                k = self._poller_of[peer] = self._polled % READERS
+                self._polled += 1
+            poller = self._pollers[k]
+            if poller is None:
+                poller = self._pollers[k] = _Poller(self, k)
+        poller.add(peer, stream, gen)
+
+    def _relink(self, peer: int, gen: int, exc) -> None:
+        """(a thread of its own, while ``peer``'s link is down) Make the connection after
+        generation ``gen`` (broken by ``exc``; None: the first one), then have it read."""
+        stream, gen = self._redial(peer, gen, exc)
+        if stream is not None:
+            self._poll(peer, stream, gen)
+
+    def _stream_broke(self, peer: int, gen: int, exc) -> None:
+        """(a reader thread) ``peer``'s connection of generation ``gen`` failed with ``exc``
+        (it left its reader): heal it in a thread of its own, or report the peer lost."""
+        if not self.can_heal(peer):
+            self._peer_lost(peer, exc, self._rx[peer].current)
+            return
+        self._break(peer, gen)
+        self._park(peer)
+        logger.warning("rank %d: the connection to %s broke (%s); redialling", self.rank, self.where(peer), exc)
+        _threads.start(self._relink, args=(peer, gen, exc), name=f"uniccl-tcp-link{self.rank}-to{peer}")
 
     def _ensure(self, peer: int, deadline) -> None:
         """A send to ``peer`` needs its link: make it if it is not made (its first use) and wait
@@ -172,21 +211,9 @@ class _Healer(_MeshBase):
         except OSError:
             pass
 
-    # ------------------------------------------------------------- the reader's side
-    def _reconnect(self, peer: int, gen: int, exc) -> tuple:
-        """(the reader thread of ``peer``) Its connection of generation ``gen`` broke with ``exc``:
-        (the new connection, its generation) once healed, or (None, gen) when the peer is lost
-        (reported)."""
-        if not self.can_heal(peer):
-            self._peer_lost(peer, exc, self._rx[peer].current)
-            return None, gen
-        self._break(peer, gen)
-        self._park(peer)
-        logger.warning("rank %d: the connection to %s broke (%s); redialling", self.rank, self.where(peer), exc)
-        return self._redial(peer, gen, exc)
-
+    # -------------------------------------------------------------- the dialling side
     def _redial(self, peer: int, gen: int, exc) -> tuple:
-        """(the reader thread of ``peer``) Dial or poke until generation ``gen`` is followed by a
+        """(``peer``'s link thread) Dial or poke until generation ``gen`` is followed by a
         newer one: (its stream, its generation), or (None, gen) once the peer is lost (reported).
         ``exc``: why generation ``gen`` broke (None: it is the first connection)."""
         link = self._links[peer]
@@ -233,7 +260,7 @@ class _Healer(_MeshBase):
         return t.get("host") == self._host and procs.gone(procs.state(t["pid"], t.get("start")))
 
     def _park(self, peer: int) -> None:
-        """(reader thread) Leave the broken connection: a message half read waits to come again,
+        """(a reader thread) Leave the broken connection: a message half read waits to come again,
         nothing is awaited or held any more (it all comes again, from the first id not delivered)."""
         rx = self._rx[peer]
         req = rx.current
@@ -272,7 +299,7 @@ class _Healer(_MeshBase):
         return sock, _ANSWER.unpack(answer)
 
     def _dial(self, peer: int, gen: int) -> bool:
-        """(the higher rank's reader) Connect again as generation ``gen``: True once healed."""
+        """(the higher rank's link thread) Connect again as generation ``gen``: True once healed."""
         sock, answer = self._connect_to(peer, _DIAL, gen)
         if sock is None:
             return False
@@ -287,7 +314,7 @@ class _Healer(_MeshBase):
         return stream is not None and self._adopt_link(peer, sock, gen, want, stream)
 
     def _poke(self, peer: int, gen: int) -> bool:
-        """(the lower rank's reader) Tell the higher rank that generation ``gen`` broke here:
+        """(the lower rank's link thread) Tell the higher rank that generation ``gen`` broke here:
         True once it answered."""
         sock, answer = self._connect_to(peer, _POKE, gen)
         if sock is None:

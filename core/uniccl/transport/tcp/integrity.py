@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import mmap
 import threading
 from typing import Any
 
@@ -67,7 +68,7 @@ class _Kept:
                 from ..shm._shm import crc32c_copy
 
                 self._copy = crc32c_copy
-                self._ring = bytearray(self.budget)
+                self._ring = mmap.mmap(-1, self.budget)  # zero pages mapped as they are first written, not all at once
                 self._base = ctypes.addressof((ctypes.c_char * self.budget).from_buffer(self._ring))
             off = self._pos % self.budget
             if off + nbytes > self.budget:  # no wrap inside a record: skip the tail

@@ -1,6 +1,6 @@
 """The TCP mesh (:class:`Mesh`): the connections of one job (made at first use and
-authenticated then, TLS under ``UNICCL_TCP_TLS=1``: :mod:`.heal`), a reader thread per
-connected peer that always drains its socket, and the
+authenticated then, TLS under ``UNICCL_TCP_TLS=1``: :mod:`.heal`), read by at most four reader
+threads that always drain their sockets (:mod:`.poller`), and the
 matching of what arrives to the receives posted: the oldest message of a (peer, context, tag)
 to the oldest receive of it.  The Mesh is made of parts: :mod:`.sender`, :mod:`.integrity`
 and :mod:`.control` (their common state: :mod:`.base`); the overview is the package's
@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Generator
 
 from ... import _env, _threads
 from ..._errors import RemoteError, Revoked, Timeout
@@ -30,6 +31,7 @@ from .base import _SENT, _Flushed, _Payload, _Recv
 from .control import _Control
 from .heal import _Healer, _Link
 from .integrity import _checksums, _Integrity, _Kept, _RxState
+from .poller import READERS
 from .sender import _Out, _Sender
 from .tls import _TLSIdentity
 from .wire import (
@@ -52,7 +54,7 @@ from .wire import (
     _TIMED_BYTES,
     CTRL,
     DATA,
-    _recv_into,
+    _take,
     _view,
 )
 
@@ -113,6 +115,9 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         self._kept = _Kept(_env.size("UNICCL_TCP_RETAIN_BYTES"), size)
         self._next_id = [0] * size
         self._rx = [_RxState() for _ in range(size)]
+        self._pollers: list = [None] * READERS  # the reader threads, started as connections need them
+        self._poller_of = [-1] * size
+        self._polled = 0
         self.stats = {"checksum_failures": 0, "retransmit_requests": 0, "retransmits": 0}
         from ...observability.telemetry import enabled
 
@@ -215,29 +220,24 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 return
         self._fill(req, payload)
 
-    def _reader(self, peer: int, sock, gen: int) -> None:
-        """(thread) Read what ``peer`` sends, over each connection to it in turn (heal.py); the
-        first one made here first when ``sock`` is None."""
-        if sock is None:
-            sock, gen = self._redial(peer, gen, None)
-        while sock is not None:
-            try:
-                self._read(peer, sock)
-            except (OSError, ConnectionError) as exc:
-                sock, gen = self._reconnect(peer, gen, exc)
-
-    def _read(self, peer: int, sock) -> None:
-        """Read messages from ``sock`` until it fails (OSError, ConnectionError)."""
+    def _steps(self, peer: int, sock):
+        """(generator, run by a reader thread: poller.py) Read and handle the messages ``peer``
+        sends on ``sock`` (a poller._Buffered, or a _TLS) until it fails (OSError, ConnectionError); yields whenever the socket
+        is empty, or a monotonic time to be resumed at (a message held)."""
         hdr = bytearray(_HEAD)
         hview = memoryview(hdr)
         rx = self._rx[peer]
         while True:
-            _recv_into(sock, hview)
+            # wait for the next message's first bytes (its reader thread serves the other peers
+            # meanwhile), unless the stream holds some already (poller._Buffered, or TLS's)
+            if not sock.buffered():
+                yield
+            yield from _take(sock, hview)
             ctx, tag, n, crc, flags, msg_id = _HDR.unpack_from(hdr)
             stamp = bytes(hview[_HDR.size :]) if flags & _STAMPED else None
             if tag == _ABORT_TAG:
                 raw = bytearray(n)
-                _recv_into(sock, memoryview(raw))
+                yield from _take(sock, memoryview(raw))
                 told = self._notice_error(peer, raw)
                 self._abort_local(peer, ctx, told)
                 if isinstance(told, Revoked):
@@ -245,7 +245,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 continue
             if tag in _ASKED:
                 raw = bytearray(n)
-                _recv_into(sock, memoryview(raw))
+                yield from _take(sock, memoryview(raw))
                 if tag == _PROBED_TAG or tag == _SYNCED_TAG:
                     self._arrived(peer, ctx, tag, raw)
                 elif tag == _PROBE_TAG:  # answered by this thread: the caller's thread may be anywhere
@@ -257,7 +257,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 continue
             if tag == _NACK_TAG:
                 raw = bytearray(n)
-                _recv_into(sock, memoryview(raw))
+                yield from _take(sock, memoryview(raw))
                 self._resend(peer, _NACK.unpack(raw)[0])
                 continue
             if flags & _GONE:
@@ -265,18 +265,18 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 continue
             if msg_id < rx.next_id and flags & _CHECKED:  # delivered already (sent again after a redial)
                 if n:
-                    _recv_into(sock, memoryview(bytearray(n)))
+                    yield from _take(sock, memoryview(bytearray(n)))
                 continue
             if rx.awaiting is not None and not (flags & _RETRANSMIT and msg_id == rx.awaiting):
                 payload = bytearray(n)  # after a corrupted message: held until its copy arrives
-                _recv_into(sock, memoryview(payload))
+                yield from _take(sock, memoryview(payload))
                 rx.held.append((ctx, tag, n, crc, flags, msg_id, stamp, payload))
                 continue
             timed = self.tracer is not None or (self.links is not None and n >= _TIMED_BYTES)
             if timed:
                 clock = time.perf_counter_ns if self.tracer is None else time.time_ns
                 t0 = clock()
-            ok = self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
+            ok = yield from self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, sock=sock)
             if timed:
                 self._received(peer, ctx, tag, n, t0, clock())
             elif self.links is not None:
@@ -287,7 +287,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 rx.awaiting = None
                 while rx.held and rx.awaiting is None:  # replay, in order, what came meanwhile
                     ctx, tag, n, crc, flags, msg_id, stamp, payload = rx.held.popleft()
-                    if self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, payload=payload):
+                    if (yield from self._receive(peer, rx, ctx, tag, n, crc, flags, msg_id, stamp, payload=payload)):
                         rx.next_id = msg_id + 1
                 if rx.sync and rx.awaiting is None:
                     rx.sync = False
@@ -350,9 +350,9 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         stamp,
         sock=None,
         payload=None,
-    ) -> bool:
-        """Read one message (from ``sock``, or take ``payload`` already read), verify it, deliver
-        it; False when it is corrupted (it was asked for again)."""
+    ) -> Generator[float | None, None, bool]:
+        """(generator) Read one message (from ``sock``, or take ``payload`` already read), verify
+        it, deliver it; False when it is corrupted (it was asked for again)."""
         key = rx.key = (peer, ctx, tag)
         with self._lock:
             if stamp is not None:
@@ -367,11 +367,11 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         if fault == "delay":
             assert self.faults is not None  # a fault: injection is on (no check on the path without)
             self.faults.injected["delay"] += 1
-            time.sleep(self.faults.delay_s)
+            yield time.monotonic() + self.faults.delay_s  # held: its reader thread reads the other peers meanwhile
         if req is None or req.ptr is None:
             if payload is None:
                 payload = bytearray(n) if stamp is None else _Payload(n)
-                _recv_into(sock, memoryview(payload))
+                yield from _take(sock, memoryview(payload))
             if fault in ("flip", "drop"):
                 assert self.faults is not None  # a fault: injection is on
                 self.faults.injected[fault] += 1
@@ -396,10 +396,10 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         m, rest = min(n, req.nbytes), None  # straight into the receiver's memory, no copy
         if payload is None:
             if m:
-                _recv_into(sock, _view(req.ptr, m))
+                yield from _take(sock, _view(req.ptr, m))
             if n > m:  # longer than the buffer: drain the rest, report truncation
                 rest = bytearray(n - m)
-                _recv_into(sock, memoryview(rest))
+                yield from _take(sock, memoryview(rest))
         else:
             if m:
                 ctypes.memmove(req.ptr, (ctypes.c_char * m).from_buffer(payload), m)
@@ -475,6 +475,9 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         for link in self._links:  # waits for a first connection end
             with link.cv:
                 link.cv.notify_all()
+        for poller in self._pollers:  # (each ends once its connections have)
+            if poller is not None:
+                poller.stop()
         if self._tls is not None:
             self._tls.discard()
 

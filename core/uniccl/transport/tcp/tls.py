@@ -34,18 +34,26 @@ class _TLS:
         self._buf = memoryview(bytearray(256 << 10))
         self._want = ssl.SSLWantReadError
 
-    def recv_into(self, view) -> int:
+    def recv_into(self, view, nbytes: int = 0, flags: int = 0) -> int:
+        """As a socket's (``nbytes`` ignored): MSG_DONTWAIT raises BlockingIOError when no
+        whole record has come yet."""
         while True:
             with self.lock:
                 try:
                     return self.obj.read(len(view), view)
                 except self._want:  # a record is not all here yet
                     pass
-            got = self.sock.recv_into(self._buf)
+            got = self.sock.recv_into(self._buf, 0, flags)
             if not got:
                 return 0
             with self.lock:
                 self.inc.write(self._buf[:got])
+
+    def buffered(self) -> bool:
+        """Bytes came from the socket that no read has taken yet (a reader must not wait for
+        the socket before it takes them)."""
+        with self.lock:
+            return bool(self.inc.pending or self.obj.pending())
 
     def encrypt(self, view) -> bytes:
         with self.lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import socket
 import struct
 import time
 
@@ -41,6 +42,7 @@ _REC_BASE, _SLOW_BASE = 1 << 28, 1 << 29  # control-context tags of a call's rec
 _T = struct.Struct("<I")  # a flush marker's payload: the data tag of the call it ends
 _SLICE_US = 100_000  # a blocked send returns from the kernel after this long (SO_SNDTIMEO) to look at its deadline
 _TLS_SLICE = 256 * 1024  # plaintext bytes encrypted at a time (then sent) over TLS
+_DONTWAIT = socket.MSG_DONTWAIT  # a read that returns at once: the reader threads serve many sockets
 
 
 def _head(ctx: int, tag: int, n: int, crc: int, flags: int, msg_id: int, stamp=None) -> bytes:
@@ -57,6 +59,22 @@ def _recv_into(sock, view: memoryview) -> None:
         if not got:
             raise ConnectionError("connection closed")
         view = view[got:]
+
+
+def _take(sock, view: memoryview):
+    """(generator) Fill ``view`` from ``sock`` (a socket, or a _TLS) without blocking: yields
+    whenever the socket has nothing to read yet (a reader loop resumes it: poller.py)."""
+    while view.nbytes:
+        try:
+            got = sock.recv_into(view, 0, _DONTWAIT)
+        except BlockingIOError:
+            got = -1
+        if got < 0:
+            yield
+        elif got:
+            view = view[got:]
+        else:
+            raise ConnectionError("connection closed")
 
 
 def _push(sock, view, sent: int, deadline, flags: int = 0) -> int:
