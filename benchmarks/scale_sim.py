@@ -127,10 +127,12 @@ def worker(folder: Path, launched: float, sizes: list[int], started: float | Non
 
     imported = time.time()
     tcp_src = source_digest(Path(uniccl.__file__).parent / "transport" / "tcp")
+    cpu = time.process_time()
     comm = uniccl.init()
     inited = time.time()
     row = {"rank": comm.rank, "pid": os.getpid(), "start": started - launched, "import": imported - started}
     row.update(init=inited - imported, init_done=inited - launched, checks={}, tcp_src=tcp_src)
+    row["init_cpu"] = time.process_time() - cpu  # every thread of the process, while init() ran
     row["rss_init_kib"] = status()["rss_kib"]
     for nbytes in sizes:
         count = max(1, nbytes // 4)
@@ -384,6 +386,7 @@ _METRICS = [  # label, row key, scale, format
     ("uniccl.init(), s", "init", 1, ".2f"),
     ("VmRSS after init(), MiB", "rss_init_kib", 1 / 1024, ".1f"),
     ("launch to init() returned, s", "init_done", 1, ".2f"),
+    ("CPU time during init(), ms", "init_cpu", 1000, ".1f"),
     ("fds", "fds", 1, ".0f"),
     ("TCP sockets established", "established", 1, ".0f"),
     ("TCP sockets listening", "listening", 1, ".0f"),

@@ -221,6 +221,12 @@ VARS: dict[str, Var] = {
             expect="'collective:algorithm[;collective:algorithm...]'",
         ),
         _v(
+            "UNICCL_TUNER_TABLE",
+            "path",
+            None,
+            "the tuner's alpha, beta, gamma measured on this cluster (a JSON file `uniccl bench --fit-model` writes)",
+        ),
+        _v(
             "UNICCL_CHUNK_BYTES",
             "size",
             512 * 1024,

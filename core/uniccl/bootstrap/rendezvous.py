@@ -133,13 +133,14 @@ def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) 
 class _Conn:
     """One client of the rendezvous: its socket, what it has sent so far, its deadline."""
 
-    __slots__ = ("sock", "nonce", "inbuf", "outbuf", "deadline", "rank", "payload")
+    __slots__ = ("sock", "nonce", "inbuf", "outbuf", "deadline", "rank", "payload", "spread")
 
     def __init__(self, sock, nonce: str, deadline: float):
         self.sock, self.nonce, self.deadline = sock, nonce, deadline
         self.inbuf = bytearray()
         self.outbuf = bytearray(_frame({"nonce": nonce}))
         self.rank = self.payload = None  # set once it has proved the secret
+        self.spread = False  # it takes its tree neighbours' entries, the table coming down the tree
 
 
 def _frame(obj) -> bytes:
@@ -193,7 +194,19 @@ class _Server:
                 else:
                     self._service(key.data, events)
         table = [self.ranks[r].payload for r in range(self.size)]
-        self._answer_all({"table": table})
+        if len({c.spread for c in self.ranks.values()}) > 1:
+            self._answer_all({"error": "the ranks joined for different transports (TCP and MPI)"})
+        elif self.ranks[0].spread:  # (a TCP mesh) rank 0 the table, the others their tree neighbours
+            n = self.size
+            self._answer_all(
+                lambda r: (
+                    {"table": table}
+                    if r == 0
+                    else {"peers": {str(p): table[p] for p in (tree_parent(r), *tree_children(r, n))}}
+                )
+            )
+        else:
+            self._answer_all({"table": table})
 
     def _pending(self) -> list:
         return [k.data for k in self.sel.get_map().values() if k.data is not None and k.data.rank is None]
@@ -281,34 +294,61 @@ class _Server:
             self._refuse(conn, f"rank {rank} joined twice")
             return
         self.size = nranks
-        conn.rank, conn.payload = rank, msg["payload"]
+        conn.rank, conn.payload, conn.spread = rank, msg["payload"], msg.get("spread") is True
         self.ranks[rank] = conn
 
     def _refuse(self, conn: _Conn, why: str) -> None:
         self._drop(conn, {"error": why})
 
-    def _answer_all(self, obj) -> None:
-        """The table (or the error) to every joined rank, each within HANDSHAKE_S."""
+    def _answer_all(self, answer) -> None:
+        """``answer`` (the table, or the error; a function of the rank: each its own) to every
+        joined rank, all at once (non-blocking writes from this thread), within HANDSHAKE_S."""
+        shared = None if callable(answer) else memoryview(_frame(answer))  # (encoded once)
+        left = {}
         for conn in self.ranks.values():
-            try:
-                self.sel.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-            conn.sock.setblocking(True)
-            conn.sock.settimeout(HANDSHAKE_S)
-            _reply(conn.sock, obj)
+            conn.outbuf = shared if shared is not None else memoryview(_frame(answer(conn.rank)))
+            self.sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            left[conn.rank] = conn
+        deadline = time.monotonic() + HANDSHAKE_S
+        while left and time.monotonic() < deadline:
+            for key, _ in self.sel.select(max(0.0, min(1.0, deadline - time.monotonic()))):
+                conn = key.data
+                if conn is None or conn.rank not in left:
+                    continue  # (a new client: served no more)
+                try:
+                    conn.outbuf = conn.outbuf[conn.sock.send(conn.outbuf) :]
+                except OSError:  # gone: it will not get the answer
+                    conn.outbuf = memoryview(b"")
+                if not conn.outbuf:
+                    del left[conn.rank]
+                    self.sel.unregister(conn.sock)
+                    conn.sock.close()
+        for conn in left.values():  # a rank that did not read its answer within HANDSHAKE_S
+            self.sel.unregister(conn.sock)
+            conn.sock.close()
 
 
-def _reply(conn, obj) -> None:
-    try:
-        _send(conn, obj)
-    except OSError:
-        pass
-    conn.close()
+def tree_parent(rank: int) -> int:
+    """The parent of ``rank`` (> 0) in the binomial tree rooted at rank 0: rank without its
+    lowest set bit (the tree of TCPTransport.bcast_obj, and of the table's spread: Mesh)."""
+    return rank & (rank - 1)
 
 
-def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> list:
-    """Join the rendezvous; return every rank's payload, indexed by rank."""
+def tree_children(rank: int, n: int) -> list[int]:
+    """The children of ``rank`` in that tree of ``n`` ranks: rank + 2^k below its lowest set bit."""
+    out, mask = [], 1
+    while mask < n and not rank & mask:
+        if rank + mask < n:
+            out.append(rank + mask)
+        mask <<= 1
+    return out
+
+
+def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spread: bool = False) -> list | dict:
+    """Join the rendezvous; return every rank's payload, indexed by rank.  ``spread`` (a TCP
+    mesh, whose ranks pass the table down the binomial tree rooted at rank 0 themselves): rank 0
+    gets the table, every other rank {rank: payload} of its parent and children only, so the
+    server sends O(n log n) bytes, not n tables."""
     deadline = time.monotonic() + timeout
     while True:  # the server may not be listening yet on a slow start, or may have shed us in a flood
         try:
@@ -335,7 +375,10 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
                 continue
             try:
                 proof = hmac.new(uid.secret, nonce.encode(), hashlib.sha256).hexdigest()
-                _send(sock, {"proof": proof, "rank": rank, "size": size, "payload": payload})
+                hello = {"proof": proof, "rank": rank, "size": size, "payload": payload}
+                if spread:
+                    hello["spread"] = True
+                _send(sock, hello)
                 sock.settimeout(max(1.0, deadline - time.monotonic()))
                 answer = _recv(sock)
             except TimeoutError:
@@ -349,6 +392,8 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float) -> 
         break
     if "error" in answer:
         raise InvalidUsage(f"rendezvous failed: {answer['error']}", op="init", rank=rank)
+    if "peers" in answer:
+        return {int(p): entry for p, entry in answer["peers"].items()}
     return answer["table"]
 
 

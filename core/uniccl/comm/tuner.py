@@ -8,8 +8,8 @@ Rules, in order:
 2. ``UNICCL_ALGO="all_reduce:ring;broadcast:tree"`` forces algorithms (``*`` = any).
 3. Otherwise ranks on one host use the shared-memory engine; across hosts the
    point-to-point transport (MPI or TCP) runs the algorithm the alpha-beta-gamma cost model predicts
-   fastest, with constants measured on the reference machine (see
-   docs/performance.md for the command that measures them).
+   fastest, with constants measured on the reference machine (see docs/performance.md), or on
+   this cluster: ``UNICCL_TUNER_TABLE`` names the file ``uniccl bench --fit-model FILE`` writes.
 Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
 """
 
@@ -63,12 +63,27 @@ def parse_rules(spec: str) -> dict:
     return rules
 
 
-def cost_all_reduce(algorithm: str, nbytes: int, n: int) -> float:
+def cost_all_reduce(algorithm: str, nbytes: int, n: int, table: costmodel.Table | None = None) -> float:
     """Predicted seconds of all_reduce by ``algorithm`` ("recursive_doubling", otherwise ring) with
-    this module's constants; the formulas are :mod:`.costmodel`'s."""
+    ``table``'s constants (None: this module's; a table without gamma keeps GAMMA); the formulas
+    are :mod:`.costmodel`'s."""
+    alpha, beta, gamma = (ALPHA, BETA, GAMMA) if table is None else (table.alpha, table.beta, table.gamma)
+    gamma = GAMMA if gamma is None else gamma
     if algorithm == "recursive_doubling":
-        return costmodel.recursive_doubling(nbytes, n, ALPHA, BETA, GAMMA)
-    return costmodel.ring(nbytes, n, ALPHA, BETA, GAMMA)
+        return costmodel.recursive_doubling(nbytes, n, alpha, beta, gamma)
+    return costmodel.ring(nbytes, n, alpha, beta, gamma)
+
+
+def measured_table() -> costmodel.Table | None:
+    """The constants of ``UNICCL_TUNER_TABLE`` (None: unset); InvalidArgument naming the variable
+    and what is wrong with the file."""
+    path = _env.get("UNICCL_TUNER_TABLE")
+    if path is None:
+        return None
+    try:
+        return costmodel.load_table(path)
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"cannot use {path}: {exc}", op="init", argument="UNICCL_TUNER_TABLE") from None
 
 
 class Tuner:
@@ -109,6 +124,7 @@ class Tuner:
                     op="init",
                     argument="UNICCL_ALGO",
                 )
+        self.table = measured_table()  # alpha, beta, gamma measured here (None: the reference machine's)
         self._cache: dict = {}
 
     def choose(self, coll: str, nbytes: int) -> Choice:
@@ -138,8 +154,9 @@ class Tuner:
         if self.transport == "shm":
             return Choice("shm", "shm", "native shared-memory engine, pipelined through cache-sized slots")
         if coll == "all_reduce":
-            costs = {a: cost_all_reduce(a, nbytes, self.size) for a in ("ring", "recursive_doubling")}
+            costs = {a: cost_all_reduce(a, nbytes, self.size, self.table) for a in ("ring", "recursive_doubling")}
             best = min(costs, key=costs.__getitem__)
             detail = ", ".join(f"{a} {c * 1e6:.1f} us" for a, c in sorted(costs.items(), key=lambda kv: kv[1]))
-            return Choice(self.p2p, best, f"cost model: {detail}")
+            source = "UNICCL_TUNER_TABLE" if self.table is not None else "reference constants"
+            return Choice(self.p2p, best, f"cost model ({source}): {detail}")
         return Choice(self.p2p, options[0], "the only point-to-point algorithm for it")

@@ -52,6 +52,7 @@ import traceback
 import numpy as np
 
 from .._types import DType, ReduceOp, dtype_name
+from .fit import fit_model
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
 REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter"})
@@ -150,10 +151,17 @@ def collective_name(text: str) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "collective",
+        nargs="?",
         type=collective_name,
         choices=COLLECTIVES + ("all",),
         help="collective to time, or all of them (nccl-tests' names too: allreduce, allgather, "
         "reducescatter, alltoall, all_reduce_perf, ...)",
+    )
+    p.add_argument(
+        "--fit-model",
+        metavar="FILE",
+        help="instead of a collective: measure the tuner's alpha and beta (ranks 0 and 1, the sizes "
+        "-b..-e) and gamma, and write them to FILE for UNICCL_TUNER_TABLE",
     )
     p.add_argument(
         "-b",
@@ -931,7 +939,8 @@ def child_argv(args, command: str | None = None) -> list:
     """The bench arguments again, without -np (for the relaunched ranks); ``command``: the
     user's command line, for the JSON's facts."""
     argv = [
-        args.collective,
+        *([args.collective] if args.collective else []),
+        *(["--fit-model", os.path.abspath(args.fit_model)] if args.fit_model else []),
         "-b",
         str(args.minbytes),
         "-e",
@@ -1046,6 +1055,9 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"uniccl bench: error: {exc}", file=sys.stderr)
         return 2
+    if (args.collective is None) == (args.fit_model is None):
+        print("uniccl bench: error: give a collective, or --fit-model FILE (not both)", file=sys.stderr)
+        return 2
     if args.np is not None:
         rc = relaunch(args)
         if rc is not None:
@@ -1065,6 +1077,10 @@ def main(args) -> int:
         print(f"uniccl bench: {where}error: {_error_name(exc)}: {exc}", file=sys.stderr, flush=True)
         return 2
     try:
+        if args.fit_model:
+            sizes = size_sweep(args.minbytes, args.maxbytes, args.stepfactor)
+            command = getattr(args, "run_command", None) or command_line()
+            return fit_model(comm, sizes, args.iters, args.warmup, args.fit_model, command, sys.stdout)
         return run(comm, args)
     except KeyboardInterrupt:
         if comm.rank == 0:

@@ -37,6 +37,21 @@ class _Flushed(Exception):
     """A receive ended because the ranks' records of its call differ (see TCPTransport)."""
 
 
+class _PerPeer(dict):
+    """Per-peer state made at the peer's first use (``d[peer]`` makes it then), so a rank of a
+    job of n ranks pays for the peers it talks to, not for n.  Iterate over a snapshot
+    (``list(d.values())``): other threads may add peers meanwhile."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, peer: int):
+        return self.setdefault(peer, self._make(peer))  # (two threads at once: one object wins, both get it)
+
+
 _SENT = None  # sends complete in the caller's thread: their request is nothing to wait for
 
 
@@ -47,30 +62,33 @@ class _MeshBase:
 
     rank: int
     size: int
-    table: list  # per job rank: what it published through the rendezvous (address, host, pid, ...)
+    table: list  # per job rank: what it published through the rendezvous (address, host, pid, ...; None: not known yet)
+    _known: threading.Event  # set once the whole table is here (Mesh._spread_table)
     _host: str  # this host (host_key())
     closed: bool
     checksums: bool
     links: list[list[int]] | None
-    _outs: list  # per peer: _Out, the sending side of its connection
+    _outs: _PerPeer  # per peer: _Out, the sending side of its connection
     _lock: threading.Lock  # held while the matching state changes (_posted, _unexpected, _dead, _aborted, ...)
     _posted: dict  # (peer, ctx, tag) -> deque of _Recv
     _dead: dict  # peer -> reason
     _aborted: dict  # context base -> error
-    _rx: list  # per peer: integrity._RxState, what its reader knows of its stream
+    _rx: _PerPeer  # per peer: integrity._RxState, what its reader knows of its stream
     socks: list  # per peer: the socket of its connection (None: not made yet)
     timeout: float  # seconds: the limit of waits outside calls
     _tl: threading.local  # per-thread wait limit (the call running on that thread)
 
     def where(self, peer: int) -> str:
         t = self.table[peer]
+        if t is None:  # (not known yet: the table is still coming, Mesh._spread_table)
+            return f"rank {peer}"
         return f"rank {peer} ({t['hostname']} {t['addr']}, pid {t['pid']})"
 
     def _stopped(self, peer: int) -> str:
         """'is stopped (...)' when ``peer`` runs on this host and its process is stopped (SIGSTOP,
         a debugger), else ''."""
         t = self.table[peer]
-        if t.get("host") != self._host:
+        if t is None or t.get("host") != self._host:
             return ""
         state = procs.state(t["pid"], t.get("start"))
         if procs.stopped(state):

@@ -124,9 +124,7 @@ class _Control(_MeshBase):
         if self.closed or not self.checksums or os.getpid() != self._pid:
             return  # aborted; no copies to ask for; a forked child (the connections are its parent's)
         # (the peers this rank is connected to: one never connected was sent nothing)
-        peers = [
-            p for p, out in enumerate(self._outs) if out is not None and out.sock is not None and p not in self._dead
-        ]
+        peers = [p for p, out in list(self._outs.items()) if out.sock is not None and p not in self._dead]
         reqs = [self.post(p, 0, _SYNCED_TAG, None, 0) for p in peers]
         ask = _head(0, _SYNC_TAG, 0, 0, 0, 0)
         for p in peers:

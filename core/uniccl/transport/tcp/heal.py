@@ -1,9 +1,10 @@
 """Links made on first use, and links that heal.
 
 No connection is made at init: a pair of ranks connects when a call first needs it (the first
-send to a peer, or the first receive posted from it), so a rank holds sockets and reader threads
-only for the peers its algorithms use (a ring: 2; recursive doubling and the control exchanges'
-trees: about log2 n).  The first connection is generation 1 of the protocol below, made the
+send to a peer, or the first receive posted from it), so a rank holds sockets only for the peers
+its algorithms use (a ring: 2; recursive doubling: log2 n; the control exchanges' binomial tree:
+its parent and children), read by at most four reader threads (:mod:`.poller`).  While a link
+is made or made again, a short-lived thread of its own dials or pokes (``uniccl-tcp-link*``).  The first connection is generation 1 of the protocol below, made the
 same way as a redial: the higher rank dials; the lower rank, when it needs the link first,
 pokes the higher one, which then dials.  A peer that cannot be reached at its first use is
 reported as a lost one is; a TLS peer that does not hold the certificate it published is
@@ -52,7 +53,7 @@ from ... import _threads
 from ..._errors import InternalError, RemoteError, Timeout
 from ...observability.log import logger
 from ...reliability import procs
-from .base import _MeshBase
+from .base import _MeshBase, _PerPeer
 from .poller import READERS, _Poller
 from .wire import _SLICE_US, _recv_into
 
@@ -93,14 +94,14 @@ class _Link:
 class _Healer(_MeshBase):
     """The Mesh's part that redials broken connections (see the module)."""
 
-    _links: list[_Link]
+    _links: _PerPeer  # per peer: its _Link
     _heals: bool  # copies are kept: links can heal
     _secret: bytes
     _tls: Any  # this rank's _TLSIdentity under UNICCL_TCP_TLS=1, else None
     _listener: Any  # the socket the lower ranks listen on for redials (None: closed)
     _pid: int
     socks: list
-    send_locks: list[threading.Lock]
+    send_locks: _PerPeer  # per peer: a threading.Lock
     timeout: float
     _kept: Any
     _next_id: list[int]
@@ -257,7 +258,7 @@ class _Healer(_MeshBase):
         """On this host: ``peer``'s process has exited (no longer in /proc, or a zombie), so no
         redial can reach it (elsewhere its listener's refusal says so)."""
         t = self.table[peer]
-        return t.get("host") == self._host and procs.gone(procs.state(t["pid"], t.get("start")))
+        return t is not None and t.get("host") == self._host and procs.gone(procs.state(t["pid"], t.get("start")))
 
     def _park(self, peer: int) -> None:
         """(a reader thread) Leave the broken connection: a message half read waits to come again,
@@ -350,6 +351,10 @@ class _Healer(_MeshBase):
             expect = hmac.new(self._secret, nonce + head, hashlib.sha256).digest()
             if not hmac.compare_digest(bytes(raw[_RESUME.size :]), expect) or not 0 <= peer < self.size:
                 sock.close()  # not one of ours
+                return
+            if self.table[peer] is None and not self._known.wait(_HANDSHAKE_S):  # (its entry comes with the table)
+                sock.sendall(_ANSWER.pack(_LATER, 0))
+                sock.close()
                 return
             if peer == self.rank or not self.can_link(peer):
                 sock.sendall(_ANSWER.pack(_LOST, 0))

@@ -16,7 +16,7 @@ from typing import Any
 
 from ... import _env
 from ..._errors import InternalError
-from .base import _MeshBase
+from .base import _MeshBase, _PerPeer
 from .wire import _CHECKED, _GONE, _INLINE, _NACK, _NACK_TAG, _RETRANSMIT, _STAMPED, _head, _view
 
 _MAX_RETRIES = 3  # a message corrupted this many times in a row fails the communicator
@@ -44,9 +44,9 @@ class _Kept:
         self._pos = 0  # bytes handed out so far (absolute)
         self._lock = threading.Lock()
         # msg id -> [ctx, tag, crc, start, n, stamp]
-        self._index: list[collections.OrderedDict[int, list]] = [collections.OrderedDict() for _ in range(size)]
+        self._index = _PerPeer(lambda p: collections.OrderedDict())
         # msg id -> (ctx, tag, crc, bytes, stamp)
-        self._small: list[collections.OrderedDict[int, tuple]] = [collections.OrderedDict() for _ in range(size)]
+        self._small = _PerPeer(lambda p: collections.OrderedDict())
         self._small_bytes = [0] * size
 
     def keep_small(self, peer, msg_id, record) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
+import json
 import os
 import socket
 import threading
@@ -21,13 +22,13 @@ from collections.abc import Generator
 
 from ... import _env, _threads
 from ..._errors import RemoteError, Revoked, Timeout
-from ...bootstrap.rendezvous import bind_address, rendezvous
+from ...bootstrap.rendezvous import bind_address, rendezvous, tree_children, tree_parent
 from ...observability.log import logger
 from ...reliability import procs
 from ...reliability.timeout import default_timeout
 from ..net import host_key, route_address
 from ..record import RECORD_BYTES
-from .base import _SENT, _Flushed, _Payload, _Recv
+from .base import _SENT, _Flushed, _Payload, _PerPeer, _Recv
 from .control import _Control
 from .heal import _Healer, _Link
 from .integrity import _checksums, _Integrity, _Kept, _RxState
@@ -51,6 +52,7 @@ from .wire import (
     _RETRANSMIT,
     _STAMPED,
     _SYNCED_TAG,
+    _TABLE_TAG,
     _TIMED_BYTES,
     CTRL,
     DATA,
@@ -83,19 +85,24 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         if tls is not None:
             payload["tls"] = tls.public()
         try:
-            self.table = rendezvous(uid, rank, size, payload, timeout)
+            known = rendezvous(uid, rank, size, payload, timeout, spread=True)
         except BaseException:
             listener.close()
             if tls is not None:
                 tls.discard()
             raise
+        # rank 0 has the table; the others know their tree neighbours until it comes (_spread_table)
+        self.table: list = known if isinstance(known, list) else [known.get(p) for p in range(size)]
+        self.table[rank] = payload
+        self._known = threading.Event()  # set once the whole table is here
         # a pair connects when a call first needs it (heal.py): nothing is dialled here
         self.socks: list = [None] * size
-        self._outs: list = [None if p == rank else _Out(p, None) for p in range(size)]  # the sending sides
-        self.send_locks = [threading.Lock() for _ in range(size)]
+        # per peer, made at its first use (base._PerPeer): the sending side, its lock, the link, the reading side
+        self._outs = _PerPeer(lambda p: _Out(p, None))
+        self.send_locks = _PerPeer(lambda p: threading.Lock())
         self._tls = tls  # kept (its key in memory) for the connections made later: heal.py
         self._secret = uid.secret
-        self._links = [_Link() for _ in range(size)]
+        self._links = _PerPeer(lambda p: _Link())
         self._lock = threading.Lock()
         self._posted: dict = {}  # (peer, ctx, tag) -> deque of _Recv
         self._unexpected: dict = {}  # (peer, ctx, tag) -> deque of bytearray
@@ -114,7 +121,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         self._heals = self.checksums  # broken connections are redialled (heal.py): the copies are kept
         self._kept = _Kept(_env.size("UNICCL_TCP_RETAIN_BYTES"), size)
         self._next_id = [0] * size
-        self._rx = [_RxState() for _ in range(size)]
+        self._rx = _PerPeer(lambda p: _RxState())
         self._pollers: list = [None] * READERS  # the reader threads, started as connections need them
         self._poller_of = [-1] * size
         self._polled = 0
@@ -141,6 +148,31 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 tls.discard()
         else:
             _threads.start(self._serve_redials, args=(listener,), name=f"uniccl-tcp-listen{rank}")
+        try:
+            self._spread_table(timeout, isinstance(known, list))
+        except BaseException:
+            self.close()
+            raise
+
+    def _spread_table(self, timeout: float, whole: bool) -> None:
+        """The table of the job comes down the binomial tree rooted at rank 0 (from the parent,
+        on to the children, the largest subtree first: ceil(log2 n) rounds, over links the
+        control exchanges use anyway), not from the rendezvous to every rank: that server sends
+        O(n log n) bytes, not n tables (``whole``: this rank got it there, rank 0)."""
+        self.set_timeout(timeout)
+        try:
+            if whole:
+                data = json.dumps(self.table).encode()
+            else:
+                req = self.post(tree_parent(self.rank), 0, _TABLE_TAG, None, 0)
+                self.wait(req)
+                data = req.data
+                self.table = json.loads(data)
+            self._known.set()
+            for child in reversed(tree_children(self.rank, self.size)):
+                self.send(child, 0, _TABLE_TAG, None, len(data), data)
+        finally:
+            del self._tl.timeout
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
@@ -196,10 +228,11 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 if k[1] == dctx and k[2] == tag or k[1] == dctx + CTRL and k[2] == _REC_BASE + tag
             ]:
                 del self._posted[key]
-            busy = [rx.current for rx in self._rx if rx.current is not None and rx.current.ptr is not None]
+            rxs = list(self._rx.values())
+            busy = [rx.current for rx in rxs if rx.current is not None and rx.current.ptr is not None]
         deadline = time.monotonic() + 5.0
         for req in busy:  # a message being read straight into its buffer: wait for its last byte
-            while not req.done.wait(0.01) and time.monotonic() < deadline and any(rx.current is req for rx in self._rx):
+            while not req.done.wait(0.01) and time.monotonic() < deadline and any(rx.current is req for rx in rxs):
                 pass
 
     def _take_posted(self, key):
@@ -458,8 +491,8 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             self._listener.close()
             self._listener = None
         deadline = time.monotonic() + 1.0
-        for peer, out in enumerate(self._outs):
-            if out is None or out.sock is None:
+        for peer, out in list(self._outs.items()):
+            if out.sock is None:
                 continue
             with out.cv:
                 out.cv.notify_all()
@@ -472,7 +505,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 except OSError:
                     pass
                 sock.close()
-        for link in self._links:  # waits for a first connection end
+        for link in list(self._links.values()):  # waits for a first connection end
             with link.cv:
                 link.cv.notify_all()
         for poller in self._pollers:  # (each ends once its connections have)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ... import _threads
 from ..._errors import RemoteError, Timeout, UnicclError
-from .base import _MeshBase, _Payload
+from .base import _MeshBase, _Payload, _PerPeer
 from .wire import _INLINE, _STAMPED, _TIMED_BYTES, _TLS_SLICE, CTRL, _head, _push, _view
 
 _LAZY = object()  # a send's deadline, computed only if the send has to wait
@@ -55,7 +55,7 @@ class _Sender(_MeshBase):
     """The Mesh's part that sends: in the caller's thread (``send``), and through each peer's
     sender thread what must not wait for the peer."""
 
-    send_locks: list[threading.Lock]  # per peer: held while a message goes on the stream to it
+    send_locks: _PerPeer  # per peer: a threading.Lock, held while a message goes on the stream to it
     tracer: Any  # uniccl.observability.trace.Tracer under UNICCL_TRACE: a span per message (else None)
     timeout: Any  # seconds: the limit of waits outside calls
     _tl: threading.local  # per-thread wait limit (the call running on that thread)

@@ -24,6 +24,7 @@ from .mesh import Mesh
 from .wire import _CTRL_TAG_BASE, _FLUSH_TAG, _MASK, _REC_BASE, _SLOW_BASE, _T, CTRL, DATA, P2P, derive_context
 
 _TO_ALL_UP_TO = 8  # ranks: up to this many, a call's records go to every rank at once (see _disseminate)
+_BRUCK_UP_TO = 8  # ranks: up to this many, the control all-gather is Bruck's (see _allgather_bytes)
 
 
 class TCPTransport(Transport):
@@ -371,25 +372,46 @@ class TCPTransport(Transport):
     # so that the links made on first use (heal.py) stay few at any n.
     def bcast_obj(self, obj, root: int = 0):
         """``root``'s ``obj`` on every rank, down a binomial tree (ceil(log2 n) rounds)."""
+        data = self._bcast_bytes(pickle.dumps(obj) if self.rank == root else b"", root)
+        return obj if self.rank == root else pickle.loads(data)
+
+    def _bcast_bytes(self, data: bytes, root: int, ctx: int | None = None, tag: int | None = None) -> bytes:
+        """``root``'s ``data`` on every rank, down the binomial tree rooted there."""
         n, v = self.size, (self.rank - root) % self.size  # v: this rank's place in the tree
-        data, mask, tag = pickle.dumps(obj) if v == 0 else b"", 1, self._ctrl_tag()
+        mask, tag = 1, self._ctrl_tag() if tag is None else tag
         while mask < n:  # receive from the parent: v without its lowest set bit
             if v & mask:
                 parent = (v - mask + root) % n
-                data = self._exchange({}, (parent,), tag=tag)[parent]
+                data = self._exchange({}, (parent,), ctx, tag)[parent]
                 break
             mask <<= 1
         mask >>= 1
         while mask:  # then send to the children v + mask, the largest subtree first
             if v + mask < n:
-                self._exchange({(v + mask + root) % n: data}, (), tag=tag)
+                self._exchange({(v + mask + root) % n: data}, (), ctx, tag)
             mask >>= 1
-        return obj if v == 0 else pickle.loads(data)
+        return data
 
     def _allgather_bytes(self, data: bytes, ctx: int | None = None) -> list[bytes]:
-        """Every rank's ``data``, in rank order: Bruck's algorithm, ceil(log2 n) rounds, in round k
-        the blocks this rank holds go to rank - 2^k and those of rank + 2^k come in."""
+        """Every rank's ``data``, in rank order.  Up to _BRUCK_UP_TO ranks Bruck's algorithm
+        (ceil(log2 n) rounds; in round k the blocks this rank holds go to rank - 2^k and those of
+        rank + 2^k come in: 2 log2 n peers each); beyond, up the binomial tree rooted at rank 0
+        and back down it (2 ceil(log2 n) rounds; a rank talks to its parent and children only,
+        2 on average, the links broadcast_object uses): at a job's init, links cost more than
+        rounds."""
         n, r = self.size, self.rank
+        if n > _BRUCK_UP_TO:
+            tag = self._ctrl_tag()
+            subtree = {r: data}  # ranks r .. r + lowbit(r) - 1
+            mask = 1
+            while mask < n and not r & mask:
+                if r + mask < n:
+                    subtree.update(pickle.loads(self._exchange({}, (r + mask,), ctx, tag)[r + mask]))
+                mask <<= 1
+            if r:
+                self._exchange({r - (r & -r): pickle.dumps(subtree)}, (), ctx, tag)
+            table = pickle.dumps([subtree[p] for p in range(n)]) if r == 0 else b""
+            return pickle.loads(self._bcast_bytes(table, 0, ctx, tag))
         blocks = [data]  # blocks[i]: rank (r + i) % n's
         d, tag = 1, self._ctrl_tag()
         while d < n:

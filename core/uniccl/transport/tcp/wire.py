@@ -31,6 +31,7 @@ _PROBE_TAG = 0xFFFFFFFC  # "have you begun call <seq> of this communicator?" (as
 _PROBED_TAG = 0xFFFFFFFB  # the answer: the last call begun there
 _SYNC_TAG = 0xFFFFFFFA  # "answer once all I sent you before this is checked" (asked at exit: see Mesh.linger)
 _SYNCED_TAG = 0xFFFFFFF9  # the answer
+_TABLE_TAG = 0xFFFFFFF8  # the job's table (every rank's address, ...), down the tree at init (Mesh._spread_table)
 _ASKED = frozenset((_PROBE_TAG, _PROBED_TAG, _SYNC_TAG, _SYNCED_TAG))  # the reader answers or delivers them
 _Q = struct.Struct("<q")
 _MASK = struct.Struct("<Q")  # a stamp's ranks (bit r: rank r's record matched)
