@@ -96,9 +96,11 @@ class _Writer:
             self.write()
             time.sleep(INTERVAL)
 
-    def write(self) -> None:
+    def write(self, final: bool = False) -> None:
         try:
             with self._write_lock:
+                if self.exited and not final:  # (the thread, after exit's last write: a daemon thread
+                    return  # stopped mid-write by the interpreter's exit would leave its temporary file)
                 os.makedirs(self.path, mode=0o700, exist_ok=True)
                 target = os.path.join(self.path, f"rank-{self.rank}.json")
                 _safefs.write_file(target, json.dumps(self.snapshot()))  # never through a planted link
@@ -123,7 +125,7 @@ class _Writer:
             if item[1] is None and c is not None:
                 item[1] = self._comm(c, time.time())
         self.exited = True
-        self.write()
+        self.write(final=True)
 
     def snapshot(self) -> dict:
         now = time.time()
