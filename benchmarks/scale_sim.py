@@ -213,10 +213,23 @@ def installed_tcp() -> Path | None:
     return Path(spec.origin).parent / "transport" / "tcp" if spec and spec.origin else None
 
 
+def collect(folder: Path, n: int, code: int, launched: float, tcp: Path | None, at_launch) -> dict:
+    """Once the ranks have ended: their rows and the job's facts (``at_launch``: the digest of
+    the TCP sources when the job started, compared with theirs now)."""
+    wall = time.time() - launched
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("[0-9]*.json"))]
+    for row in rows:
+        done = folder / f"{row['rank']}.destroy"
+        row["destroy"] = float(done.read_text()) if done.exists() else None
+    result = {"ranks": n, "exit": code, "job_wall": wall, "rows": sorted(rows, key=lambda r: r["rank"])}
+    result["tcp_src"] = {"path": str(tcp), "at_launch": at_launch, "at_end": source_digest(tcp) if tcp else None}
+    return result
+
+
 def run_job(n: int, sizes: list[int], timeout: float) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="uniccl-scale-"))
     tcp = installed_tcp()
-    digests = [source_digest(tcp) if tcp else None]
+    at_launch = source_digest(tcp) if tcp else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNICCL_")}
     cmd = [sys.executable, "-m", "uniccl", "run", "--no-prefix", "-n", str(n), "--timeout", str(int(timeout))]
     cmd += ["-x", "UNICCL_TRANSPORT=tcp"]
@@ -232,14 +245,8 @@ def run_job(n: int, sizes: list[int], timeout: float) -> dict:
         except subprocess.TimeoutExpired:
             job.kill()
             code = job.wait()
-    wall = time.time() - launched
-    digests.append(source_digest(tcp) if tcp else None)
-    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("[0-9]*.json"))]
-    for row in rows:
-        done = folder / f"{row['rank']}.destroy"
-        row["destroy"] = float(done.read_text()) if done.exists() else None
-    result = {"ranks": n, "exit": code, "job_wall": wall, "rows": sorted(rows, key=lambda r: r["rank"])}
-    result["tcp_src"] = {"path": str(tcp), "at_launch": digests[0], "at_end": digests[1]}
+    result = collect(folder, n, code, launched, tcp, at_launch)
+    rows = result["rows"]
     result["leftovers"] = leftovers(before, [r["pid"] for r in rows], job.pid, folder)
     lines = log.read_text(errors="replace").splitlines()
     result["launcher_lines"] = [line for line in lines if line.startswith("uniccl run")]
@@ -295,7 +302,7 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="uniccl-scale-"))
     (folder / "status").mkdir()
     tcp = installed_tcp()
-    digests = [source_digest(tcp) if tcp else None]
+    at_launch = source_digest(tcp) if tcp else None
     before = snapshot()
     mem_before = memory_available()
     r, w = os.pipe()
@@ -354,15 +361,9 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
         if pid not in codes:
             os.kill(pid, 9)
             codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    wall = time.time() - launched
-    digests.append(source_digest(tcp) if tcp else None)
-    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("[0-9]*.json"))]
-    for row in rows:
-        done = folder / f"{row['rank']}.destroy"
-        row["destroy"] = float(done.read_text()) if done.exists() else None
     code = next((c for c in codes.values() if c), 0)
-    result = {"ranks": n, "exit": code, "job_wall": wall, "rows": sorted(rows, key=lambda r: r["rank"])}
-    result["tcp_src"] = {"path": str(tcp), "at_launch": digests[0], "at_end": digests[1]}
+    result = collect(folder, n, code, launched, tcp, at_launch)
+    rows = result["rows"]
     result["forked_s"] = forked
     result["machine_mem_used_mib"] = (mem_before - low) / 1024
     result["leftovers"] = leftovers(before, pids, os.getpid(), folder)
