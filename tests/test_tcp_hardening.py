@@ -179,6 +179,28 @@ def test_a_stopped_rank_is_named_over_tls_too(tmp_path):
         job.kill()
 
 
+def test_a_peer_stopped_mid_message_holds_only_its_own_stream():
+    """Rank 0 reads five peers with four reader threads: a peer stopped in the middle of a
+    256 MiB message shares its thread with another; the four others' messages still arrive
+    whole, and rank 0's receive from the stopped one ends in a Timeout naming it as stopped
+    (transport/tcp/poller.py)."""
+    job = Job(6, "tcp_shared_reader.py")
+    pid = None
+    try:
+        job.rows(lambda rows: len(rows) == 6, 120)  # ready
+        pid = job.rows(lambda rows: len(rows) == 1, 60)[0]["pid"]  # the victim's
+        row = job.rows(lambda rows: len(rows) == 1, 90)[0]
+        victim, partner = row["victim"], row["shares_with"]
+        others = [p for p in range(1, 6) if p != victim]
+        assert row["rank"] == 0 and partner in others and row["whole"] == others and not row["wrong"], row
+        assert row["begun"] and row["big_done_before"] is False, row  # stopped in the middle of its message
+        assert row["big"] == "Timeout" and row["missing"] == [victim], row
+        assert f"rank {victim}" in row["message"] and "stopped" in row["message"], row
+    finally:
+        _resume(pid)
+        job.kill()
+
+
 def _resume(pid) -> None:
     """SIGCONT the stopped rank, if it was stopped and still exists (the tests' clean-up)."""
     if pid is not None:

@@ -532,6 +532,9 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             down = self.broken_for(req.peer) if req.peer >= 0 else 0.0
             if down:
                 who += f" (its connection broke {down:.1f} s ago and is being redialled)"
+            stopped = self._stopped(req.peer) if req.peer >= 0 else ""
+            if stopped:  # the cause, on this host (/proc)
+                who += f", which {stopped}"
             raise Timeout(
                 f"rank {self.rank} timed out after {limit:g} s waiting for a message from {who}",
                 rank=self.rank,
