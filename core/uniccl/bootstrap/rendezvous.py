@@ -303,6 +303,11 @@ class _Server:
     def _answer_all(self, answer) -> None:
         """``answer`` (the table, or the error; a function of the rank: each its own) to every
         joined rank, all at once (non-blocking writes from this thread), within HANDSHAKE_S."""
+        for key in list(self.sel.get_map().values()):  # no one else is served any more
+            if key.data is None or key.data.rank is None:
+                self.sel.unregister(key.fileobj)
+                if key.data is not None:
+                    key.data.sock.close()
         shared = None if callable(answer) else memoryview(_frame(answer))  # (encoded once)
         left = {}
         for conn in self.ranks.values():
@@ -313,8 +318,6 @@ class _Server:
         while left and time.monotonic() < deadline:
             for key, _ in self.sel.select(max(0.0, min(1.0, deadline - time.monotonic()))):
                 conn = key.data
-                if conn is None or conn.rank not in left:
-                    continue  # (a new client: served no more)
                 try:
                     conn.outbuf = conn.outbuf[conn.sock.send(conn.outbuf) :]
                 except OSError:  # gone: it will not get the answer
