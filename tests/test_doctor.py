@@ -161,8 +161,10 @@ def test_live_stuck_outside_names_a_stopped_rank(tmp_path):
 
 def _with_a_stopped_rank(tmp_path, scenario, attempt=1) -> Path:
     """Run ``scenario``, in which rank 2 stops itself; SIGCONT it once ranks 0 and 1 have dumped.
-    Rank 2 stops itself from a timer thread 30 ms into a call: on a loaded machine the timer may
-    fire only after the call ended, so that no rank fails (nothing to judge): run it once more."""
+    Rank 2 stops itself from a timer thread 30 ms into a call. On a loaded machine (CI, both
+    cores busy) the timer may fire only after the call ended, so that no rank fails (nothing to
+    judge), or only after the others timed out on a rank 2 that was merely slow, so that their
+    dumps saw it running: either way the scenario did not happen, and runs again (3 tries)."""
     dumps, pids = tmp_path / f"dumps{attempt}", tmp_path / f"pids{attempt}"
     pids.mkdir()
     job = uniccl_run(3, scenario, str(pids), env=_env(UNICCL_DUMP_DIR=str(dumps)), wait=False)
@@ -177,7 +179,8 @@ def _with_a_stopped_rank(tmp_path, scenario, attempt=1) -> Path:
         out, err = job.communicate(timeout=60)
     assert job.returncode == 0, out + err
     rows = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    if attempt == 1 and len(rows) == 3 and not any("error" in r for r in rows):  # the stop came after the call
+    after = len(rows) == 3 and not any("error" in r for r in rows)  # the stop came after the call
+    if attempt < 3 and (after or '"T"' not in json.dumps(doctor(dumps)[1].get("verdicts"))):  # ... or late
         return _with_a_stopped_rank(tmp_path, scenario, attempt + 1)
     return dumps
 
