@@ -31,14 +31,14 @@ _STOP_S = 2.0  # after the mesh closed, the most a loop waits for its connection
 
 
 class _Stream:
-    """One connection being read: its peer, the stream (a socket, or a _TLS over one), its
+    """One connection being read: its peer, the stream (a _Buffered socket, or a _TLS), its
     generation (heal.py), the file descriptor watched and the reader's generator."""
 
     __slots__ = ("peer", "stream", "gen", "fd", "steps")
 
     def __init__(self, peer: int, stream, gen: int, steps):
         self.peer, self.stream, self.gen, self.steps = peer, stream, gen, steps
-        self.fd = getattr(stream, "sock", stream).fileno()  # (a _TLS reads its raw socket)
+        self.fd = stream.sock.fileno()  # (the raw socket under the _Buffered or _TLS)
 
 
 class _Buffered:
@@ -70,10 +70,6 @@ class _Buffered:
         view[:n] = self._mv[at : at + n]
         self._at = at + n
         return n
-
-
-def _closed(stream) -> bool:
-    return getattr(stream, "sock", stream).fileno() < 0
 
 
 class _Poller:
@@ -134,7 +130,7 @@ class _Poller:
                     self._step(job)
                 if self._stop:
                     stop_by = stop_by or time.monotonic() + _STOP_S
-                    for job in [j for j in jobs.values() if _closed(j.stream)]:  # (epoll forgets a closed fd)
+                    for job in [j for j in jobs.values() if j.stream.sock.fileno() < 0]:  # (epoll forgets a closed fd)
                         self._drop(job)
                         self.mesh._stream_broke(job.peer, job.gen, OSError("the connection was closed"))
                     if not jobs and not naps or time.monotonic() > stop_by:
