@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,17 @@ class NetnsCluster:
     def pids(self, index: int) -> list[int]:
         """Every process in the namespace of hosts[index] (sshd included)."""
         return _ns_pids(self.namespaces[index])
+
+    def run(self, hosts: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        """``uniccl run --hosts HOSTS ARGS`` over ssh to the namespaces, as a user runs it (with
+        ``.seconds``, how long it took)."""
+        opts = [f"--ssh-option={o}" for o in self.ssh_options]
+        fwd = ["-x", "PYTHONPATH"] if os.environ.get("PYTHONPATH") else []  # a dev checkout on PYTHONPATH
+        cmd = [sys.executable, "-m", "uniccl", "run", "--hosts", hosts, *opts, "--python", sys.executable]
+        t0 = time.monotonic()
+        res = subprocess.run([*cmd, *fwd, *args], capture_output=True, text=True, timeout=timeout)
+        res.seconds = time.monotonic() - t0  # type: ignore[attr-defined]
+        return res
 
     def sshd_log(self, index: int) -> str:
         try:

@@ -243,6 +243,28 @@ def test_hierarchical_composition():
         cm.hierarchical(m, 64, A, B, G, inter="butterfly")
 
 
+def test_ring_all_gather_and_reduce_scatter_closed_forms():
+    m = 6 * MIB  # the whole result (all_gather) or each rank's whole input (reduce_scatter)
+    assert cm.ring_all_gather(m, 6, A, B) == close(5 * (A + m / 6 * B))
+    assert cm.ring_reduce_scatter(m, 6, A, B, G) == close(5 * (A + m / 6 * (B + G)))
+    assert cm.ring_all_gather(m, 1, A, B) == cm.ring_reduce_scatter(m, 1, A, B, G) == 0.0
+
+
+def test_by_host_all_gather_and_reduce_scatter_step_by_step():
+    # 6 ranks, 2 per host: 3 leaders; blocks of m / 6
+    m, g = 6 * MIB, 2
+    gather = (g - 1) * (LA + m / 6 * LB)
+    bcast = min(1 * (LA + m * LB), cm.ring(m, g, LA, LB, 0.0))
+    between = 2 * (A + m / 3 * B)  # the leaders' ring: 2 steps of a host's 2 blocks
+    assert cm.hierarchical_all_gather(m, 6, A, B, g) == close(gather + between + bcast)
+    reduce = min(1 * (LA + m * LB + m * G), cm.ring(m, g, LA, LB, G))
+    between = 2 * (A + m / 3 * (B + G))
+    scatter = (g - 1) * (LA + m / 6 * LB)
+    assert cm.hierarchical_reduce_scatter(m, 6, A, B, G, g) == close(reduce + between + scatter)
+    # one rank per host: the flat ring plus nothing
+    assert cm.hierarchical_all_gather(m, 6, A, B, 1) == close(cm.ring_all_gather(m, 6, A, B))
+
+
 # ------------------------------------------------------------------------------------ tuner
 def legacy_cost_all_reduce(algorithm, nbytes, n):
     """tuner.cost_all_reduce as it was before the formulas moved to costmodel (verbatim)."""

@@ -4,7 +4,6 @@ a 6-rank job over TCP, an unreachable node, and a rank killed on one host."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,16 +14,6 @@ from _launch import WORKERS
 from _netns import netns_cluster  # noqa: F401  (the fixture)
 
 MULTI = str(WORKERS / "multinode.py")
-
-
-def run_on(cluster, hosts: str, *args, timeout=120):
-    opts = [f"--ssh-option={o}" for o in cluster.ssh_options]
-    fwd = ["-x", "PYTHONPATH"] if os.environ.get("PYTHONPATH") else []  # a dev checkout on PYTHONPATH
-    cmd = [sys.executable, "-m", "uniccl", "run", "--hosts", hosts, *opts, "--python", sys.executable, *fwd, *args]
-    t0 = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    res.seconds = time.monotonic() - t0
-    return res
 
 
 def _leftovers(cluster) -> list:
@@ -43,7 +32,7 @@ def _leftovers(cluster) -> list:
 
 def test_six_ranks_on_three_hosts(netns_cluster):  # noqa: F811
     c = netns_cluster
-    res = run_on(c, ",".join(f"{h}:2" for h in c.hosts), MULTI)
+    res = c.run(",".join(f"{h}:2" for h in c.hosts), MULTI)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = sorted(
         (json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line),
@@ -58,7 +47,7 @@ def test_six_ranks_on_three_hosts(netns_cluster):  # noqa: F811
 
 def test_unreachable_node_launches_nothing(netns_cluster, tmp_path):  # noqa: F811
     c = netns_cluster
-    res = run_on(c, f"{c.hosts[0]}:2,10.77.0.9:2", MULTI, timeout=60)
+    res = c.run(f"{c.hosts[0]}:2,10.77.0.9:2", MULTI, timeout=60)
     assert res.returncode == 255, res.stdout + res.stderr
     assert "node 10.77.0.9 is unreachable" in res.stderr and "nothing was launched" in res.stderr
     assert not res.stdout.strip() and not _leftovers(c)
@@ -67,7 +56,7 @@ def test_unreachable_node_launches_nothing(netns_cluster, tmp_path):  # noqa: F8
 def test_killed_rank_ends_the_job_everywhere(netns_cluster, tmp_path):  # noqa: F811
     c = netns_cluster
     before = sorted(p.name for p in Path("/dev/shm").glob("uniccl-*"))
-    res = run_on(c, ",".join(f"{h}:2" for h in c.hosts), MULTI, "kill", "3", str(tmp_path), timeout=60)
+    res = c.run(",".join(f"{h}:2" for h in c.hosts), MULTI, "kill", "3", str(tmp_path), timeout=60)
     assert res.returncode == 128 + signal.SIGKILL, res.stdout + res.stderr
     assert res.seconds < 10 + 3  # within 10 s of the kill (the launch itself takes ~1-3 s)
     assert f"rank 3 on host {c.hosts[1]}" in res.stderr and "killed by SIGKILL" in res.stderr

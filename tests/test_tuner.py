@@ -54,3 +54,36 @@ def test_bad_overrides_are_typed_errors(monkeypatch):
     monkeypatch.setenv("UNICCL_ALGO", "all_reduce:bogus")
     with pytest.raises(uniccl.InvalidArgument, match="unknown algorithm 'bogus'"):
         Tuner(2, "mpi", True)
+
+
+def test_by_host_is_priced_and_chosen(monkeypatch):
+    """Told of its hosts (comm/hosts.py), the tuner prices the by-host form against the flat ones:
+    at 6 ranks on 3 hosts a small all_reduce goes by host (4 network steps among the leaders
+    instead of 10); all_gather and reduce_scatter go by host only on hosts alike."""
+    monkeypatch.delenv("UNICCL_ALGO", raising=False)
+    monkeypatch.delenv("UNICCL_TRANSPORT", raising=False)
+    t = Tuner(6, "tcp", shm_ready=False, shm_reason="ranks span hosts")
+    assert t.choose("all_reduce", 8).algorithm == "recursive_doubling"  # not told yet
+    assert t.choose("all_gather", 8).algorithm == "ring"
+    t.by_host(2, True)
+    small = t.choose("all_reduce", 8)
+    assert small.algorithm == "hierarchical" and "hierarchical" in small.why and "ring" in small.why
+    assert t.choose("all_gather", 48).algorithm == "hierarchical"
+    assert t.choose("reduce_scatter", 48).algorithm == "hierarchical"
+    t.by_host(3, False)  # hosts of 3, 2 and 1 ranks
+    assert t.choose("all_reduce", 8).algorithm == "hierarchical"
+    assert t.choose("all_gather", 48).algorithm == "ring"
+    assert t.choose("reduce_scatter", 48).algorithm == "ring"
+
+
+def test_forced_by_host_only_where_there_are_hosts(monkeypatch):
+    monkeypatch.delenv("UNICCL_TRANSPORT", raising=False)
+    monkeypatch.setenv("UNICCL_ALGO", "all_reduce:hierarchical;all_gather:hierarchical")
+    t = Tuner(6, "tcp", shm_ready=False, shm_reason="ranks span hosts")
+    assert t.choose("all_reduce", 64 << 20).algorithm == "ring"  # no hosts told: the model's choice
+    t.by_host(3, False)
+    c = t.choose("all_reduce", 64 << 20)
+    assert c.algorithm == "hierarchical" and "UNICCL_ALGO" in c.why
+    assert t.choose("all_gather", 64 << 20).algorithm == "ring"  # unlike hosts
+    one_host = Tuner(4, "tcp", shm_ready=True)
+    assert one_host.choose("all_reduce", 8).algorithm == "shm"

@@ -118,7 +118,8 @@ class Var:
                     raise ValueError
                 return low
             if k in ("int", "port"):
-                if not re.fullmatch(r"[+-]?\d+", raw):
+                digits = raw[1:] if raw[:1] in ("+", "-") else raw
+                if not (digits.isascii() and digits.isdigit()):
                     raise ValueError
                 value = int(raw)
             elif k == "float":

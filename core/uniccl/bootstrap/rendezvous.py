@@ -110,6 +110,26 @@ def bind_address(host: str) -> str:
         return ""
 
 
+def dial(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection to ``host:port``.  A numeric address is connected to directly:
+    ``socket.create_connection`` would go through getaddrinfo, whose first use in a process
+    imports the idna codec (several ms of a rank's init, for an address that needs no lookup)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection((host, port), timeout=timeout)
+
+
 def torch_job_host() -> str | None:
     """Loopback when torch's launcher says every rank of the job is on this host
     (LOCAL_WORLD_SIZE == WORLD_SIZE, as torchrun sets them): its rendezvous then listens
@@ -160,6 +180,8 @@ class _Server:
         self.ranks: dict[int, _Conn] = {}  # rank -> its authenticated connection
         self.spoilt: str | None = None  # a proved rank passed another size: every rank is told this
         self.sel = selectors.DefaultSelector()
+        # socket -> its unproved connection, oldest first (deadlines are set at accept, so they ascend)
+        self.pending: dict = {}
 
     def serve(self) -> None:
         try:
@@ -184,10 +206,12 @@ class _Server:
                 missing = sorted(set(range(self.size or 0)) - set(self.ranks))
                 self._answer_all({"error": f"ranks {missing} did not join within {self.timeout:.0f} s"})
                 return
-            for conn in [k.data for k in list(self.sel.get_map().values()) if k.data is not None]:
-                if conn.rank is None and now >= conn.deadline:
-                    self._drop(conn)  # a slow or silent client: its time is up
-            wait = min([self.deadline - now] + [c.deadline - now for c in self._pending()])
+            # the unproved clients in the order they came, so by deadline: the expired ones lead
+            while self.pending and next(iter(self.pending.values())).deadline <= now:
+                self._drop(next(iter(self.pending.values())))  # a slow or silent client: its time is up
+            wait = self.deadline - now
+            if self.pending:
+                wait = min(wait, next(iter(self.pending.values())).deadline - now)
             for key, events in self.sel.select(max(0.0, min(wait, 1.0))):
                 if key.data is None:
                     self._accept()
@@ -208,23 +232,21 @@ class _Server:
         else:
             self._answer_all({"table": table})
 
-    def _pending(self) -> list:
-        return [k.data for k in self.sel.get_map().values() if k.data is not None and k.data.rank is None]
-
     def _accept(self) -> None:
         try:
             sock, _ = self.sock.accept()
         except OSError:
             return
-        pending = self._pending()
-        if len(pending) >= MAX_PENDING:  # a flood: the oldest unproved client makes room
-            self._drop(min(pending, key=lambda c: c.deadline))
+        if len(self.pending) >= MAX_PENDING:  # a flood: the oldest unproved client makes room
+            self._drop(next(iter(self.pending.values())))
         sock.setblocking(False)
         conn = _Conn(sock, secrets.token_hex(16), min(self.deadline, time.monotonic() + HANDSHAKE_S))
         self.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+        self.pending[sock] = conn
 
     def _drop(self, conn: _Conn, answer=None) -> None:
         """Forget ``conn``; tell it ``answer`` first (a best-effort reply, never waited on)."""
+        self.pending.pop(conn.sock, None)
         try:
             self.sel.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -294,6 +316,7 @@ class _Server:
             self._refuse(conn, f"rank {rank} joined twice")
             return
         self.size = nranks
+        del self.pending[conn.sock]  # proved: no deadline any more
         conn.rank, conn.payload, conn.spread = rank, msg["payload"], msg.get("spread") is True
         self.ranks[rank] = conn
 
@@ -355,7 +378,7 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spr
     deadline = time.monotonic() + timeout
     while True:  # the server may not be listening yet on a slow start, or may have shed us in a flood
         try:
-            sock = socket.create_connection((uid.host, uid.port), timeout=5)
+            sock = dial(uid.host, uid.port, 5)
         except OSError as exc:
             if time.monotonic() > deadline:
                 raise Timeout(

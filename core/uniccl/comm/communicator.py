@@ -48,6 +48,7 @@ from . import algorithms as alg
 from . import device as _device
 from . import group as _group
 from . import hooks as _hooks
+from . import hosts as _by_host
 from . import native as _routes
 from . import outcome as _outcome
 from . import plans as _plans
@@ -75,6 +76,7 @@ class Communicator(CommunicatorViews):
     _timeout_set: float | None  # what the transports were last told
     _native_comm: int | None  # the vendor library's communicator
     _hier: tuple[Communicator, Communicator | None] | None  # (vendor group, leaders or None)
+    _hosts: _by_host.Hosts | None  # (this host's ranks, the hosts' leaders or None)
     _native_id: int  # the library's id in the call records (0: no native path)
     _rank_native_ids: list[int]  # every rank's library id (native.init_native's exchange)
     _host_only: bool  # no rank can pass device buffers
@@ -197,6 +199,13 @@ class Communicator(CommunicatorViews):
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             _routes.make_hierarchy(self, ids)
+        self._hosts = None  # the by-host sub-communicators (comm/hosts.py), where ranks span hosts
+        if self.size > 2 and not single_host and self._hier is None:
+            self._hosts = _by_host.make(self)
+            if self._hosts is not None:
+                h = self._hosts
+                self._tuner.by_host(h.most, h.per_host is not None)
+                logger.info("communicator rank %d/%d: ranks by host: %s", self.rank, self.size, _by_host.shape(h))
         # the compiled steady-state path (shared memory, and the native path where its records can be
         # agreed through the engine, or need not be: one rank; see _fastpath): None where it never applies
         served = self._engine is not None and self.size > 1 or self._native_comm is not None and self.size == 1
@@ -256,7 +265,7 @@ class Communicator(CommunicatorViews):
             if self._engine is not None:
                 self._engine.close()
             self._t.free()
-        for sub in self._hier or ():
+        for sub in self._subs():
             if sub is not None:
                 sub.destroy()
         _status.closed(self)  # its last counts, for `uniccl top`
@@ -296,7 +305,7 @@ class Communicator(CommunicatorViews):
             except InvalidUsage:  # still inside a call on another thread
                 time.sleep(0.01)
         self._flight.dump(reason="abort")
-        for sub in self._hier or ():
+        for sub in self._subs():
             if sub is not None:
                 sub.abort(reason)
 
@@ -319,7 +328,7 @@ class Communicator(CommunicatorViews):
             self._engine.revoke(text)  # waits on this engine end, here and on every peer
         self._t.revoke(text)  # TCP: a notice to every member
         self._abort_native()
-        for sub in self._hier or ():
+        for sub in self._subs():
             if sub is not None:
                 sub.revoke(reason)
 
@@ -627,14 +636,23 @@ class Communicator(CommunicatorViews):
             return _routes.route(self, plan, seq, native)
         return None if plan.run is None else self._run_host(plan, seq)
 
+    def _subs(self) -> tuple:
+        """The sub-communicators this one made and runs calls over (None: a rank in none)."""
+        return (*(self._hier or ()), *(self._hosts.subs() if self._hosts is not None else ()))
+
     def _run_host(self, plan: Plan, seq: int):
         algorithm = ""
         if self.size > 1:
             choice = self._tuner.choose(plan.name, plan.nbytes)
+            by_host = choice.algorithm == "hierarchical"
+            if by_host and (plan.hosts is None or self._hosts is None):  # (alike on every rank: the record's)
+                choice, by_host = choice._replace(algorithm="ring", why="this call has no by-host form"), False
             if plan.entry is not None:
                 plan.entry[_fl.PATH] = choice  # formatted when dumped
             if choice.transport == "shm":
                 return plan.shm(self._engine)
+            if by_host:
+                return plan.hosts(self._hosts, self.timeout if plan.timeout is None else plan.timeout)
             algorithm = choice.algorithm
         return plan.run(_plans.context(self, plan, seq, algorithm))
 

@@ -1,4 +1,5 @@
-"""The alpha-beta-gamma cost model of all_reduce: the one place its formulas live.
+"""The alpha-beta-gamma cost model of all_reduce (and of all_gather and reduce_scatter, flat
+and by host): the one place its formulas live.
 
 Each function is pure: ``f(nbytes, n, alpha, beta, gamma, ...) -> seconds`` for an all_reduce of
 ``nbytes`` bytes per rank on ``n`` ranks, where one message of ``b`` bytes costs ``alpha + b * beta``
@@ -138,6 +139,56 @@ def hierarchical(
         _local_reduce(nbytes, g, local_alpha, local_beta, gamma)
         + between
         + _local_broadcast(nbytes, g, local_alpha, local_beta)
+    )
+
+
+def ring_all_gather(total: float, n: int, alpha: float, beta: float) -> float:
+    """The ring all_gather of ``total`` bytes in all (total / n from each rank): n - 1 steps."""
+    return (n - 1) * (alpha + total / n * beta) if n > 1 else 0.0
+
+
+def ring_reduce_scatter(total: float, n: int, alpha: float, beta: float, gamma: float) -> float:
+    """The ring reduce_scatter of ``total`` bytes per rank: n - 1 steps of total / n, each reduced."""
+    return (n - 1) * (alpha + total / n * (beta + gamma)) if n > 1 else 0.0
+
+
+def hierarchical_all_gather(
+    total: float,
+    n: int,
+    alpha: float,
+    beta: float,
+    ranks_per_host: int,
+    local_alpha: float = 0.5e-6,
+    local_beta: float = 1 / 20e9,
+) -> float:
+    """By host (comm/hosts.py): gather a host's g blocks to its leader (g - 1 shared-memory
+    copies), the ring all_gather among the leaders of blocks g times larger, then a broadcast of
+    the whole ``total`` from each leader over shared memory."""
+    g = min(ranks_per_host, n)
+    hosts = -(-n // g)
+    gather = (g - 1) * (local_alpha + total / n * local_beta)
+    return gather + ring_all_gather(total, hosts, alpha, beta) + _local_broadcast(total, g, local_alpha, local_beta)
+
+
+def hierarchical_reduce_scatter(
+    total: float,
+    n: int,
+    alpha: float,
+    beta: float,
+    gamma: float,
+    ranks_per_host: int,
+    local_alpha: float = 0.5e-6,
+    local_beta: float = 1 / 20e9,
+) -> float:
+    """By host: reduce the whole ``total`` to each leader over shared memory, the ring
+    reduce_scatter among the leaders, then scatter a host's g blocks from its leader."""
+    g = min(ranks_per_host, n)
+    hosts = -(-n // g)
+    scatter = (g - 1) * (local_alpha + total / n * local_beta)
+    return (
+        _local_reduce(total, g, local_alpha, local_beta, gamma)
+        + ring_reduce_scatter(total, hosts, alpha, beta, gamma)
+        + scatter
     )
 
 

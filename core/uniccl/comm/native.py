@@ -19,6 +19,7 @@ from __future__ import annotations
 import zlib
 
 from .._errors import UnicclError
+from .._plugins import manager
 from .._types import ReduceOp
 from ..observability import flight as _fl
 from ..observability.log import logger
@@ -30,15 +31,33 @@ from .plans import Plan
 _NO_GROUP = -1  # split's color for "in no new communicator" (uniccl.UNDEFINED)
 
 
+def rank_facts(backend, native) -> tuple[int, bool]:
+    """What the ranks of a communicator learn of each other at init: the id of this rank's
+    vendor library (0: none) and whether it may pass device buffers (it has device scratch)."""
+    mine = zlib.crc32(f"{backend.name}:{native.name}".encode()) | 1 if native is not None else 0
+    return mine, backend.mem_alloc is not None and backend.name != "cpu"
+
+
+def world_facts(platform: str | None) -> list:
+    """:func:`rank_facts` of the plugin that ``platform`` chooses, ahead of the communicator: the
+    rendezvous of a ``uniccl run`` job carries them, so init needs no exchange of its own."""
+    mgr = manager()
+    record, _ = mgr.choose(platform)
+    backend = mgr.backend(record)
+    native = backend.native_collectives() if backend.native_collectives is not None else None
+    return list(rank_facts(backend, native))
+
+
 def init_native(comm) -> None:
     """Make the vendor library's communicator now, while every rank is here (as NCCL
     users call ncclCommInitRank up front): point-to-point calls, which involve two
     ranks only, can then use it too.  If any rank fails, none uses the native path."""
     # every rank takes part (also those without a library): the ranks of a mixed-vendor
     # communicator learn together that no one library spans it
-    mine = zlib.crc32(f"{comm.platform}:{comm._native.name}".encode()) | 1 if comm._native is not None else 0
-    device = comm._device_scratch is not None  # this rank may pass device buffers
-    both = comm._t.allgather_obj((mine, device)) if comm.size > 1 else [(mine, device)]
+    mine, device = rank_facts(comm._backend, comm._native)
+    both = comm._t.facts  # known from the rendezvous (the first world of a job), or exchanged now
+    if both is None:
+        both = comm._t.allgather_obj((mine, device)) if comm.size > 1 else [(mine, device)]
     ids = [i for i, _ in both]
     comm._rank_native_ids = list(ids)
     # no rank can pass device buffers: every call takes the host path, so over TCP the

@@ -18,9 +18,11 @@ from . import algorithms as alg
 from . import checks as chk
 from . import device as _device
 from . import group as _group
+from . import hosts as _hosts
 
 RING_ORDER = -2  # a reduce_scatter's root field (in its record) when it combines in gloo's ring order
 _SHM_RING_ORDER = RING_ORDER_FLAG  # ... and the flag on its op for the shm engine (from shm_engine.h)
+_SUM_FOR_AVG = {ReduceOp.AVG: ReduceOp.SUM}  # by host, AVG is a SUM between the input's and the result's division
 # The op the kernels see: AVG is SUM with a scale (before it for floats, after for integers).
 _KERNEL_OP = {op: int(ReduceOp.SUM if op == ReduceOp.AVG else op) for op in ReduceOp}
 
@@ -49,6 +51,7 @@ class Plan:
         "engine",
         "result",
         "call",
+        "hosts",
     )
 
     def __init__(self, name, dtype=-1, count=-1, op=-1, root=-1, run=None, shm=None, nbytes=0, p2p=False):
@@ -69,6 +72,8 @@ class Plan:
         self.timeout = None  # seconds (None: the communicator's)
         self.entry = None  # its flight-recorder entry
         self.call = None  # hooks.CallInfo when the communicator has hooks
+        # hosts(comm.hosts, timeout): the call by host (comm/hosts.py), where it has that form
+        self.hosts = None
 
 
 def context(comm, plan: Plan, seq: int, algorithm: str) -> alg.OpContext:
@@ -148,7 +153,15 @@ def all_reduce(comm, sendbuf, recvbuf, op):
         finish_avg(comm, recv.ptr, count, send.dtype, rop)
         return result
 
+    def hosts(h, timeout):
+        comm._copy(recv.ptr, avg_input(comm, send.ptr, count, send.dtype, rop), send.nbytes)
+        _hosts.all_reduce(comm, h, recv.ptr, count, send.dtype, _SUM_FOR_AVG.get(rop, rop), timeout)
+        finish_avg(comm, recv.ptr, count, send.dtype, rop)
+        return result
+
     plan = Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
+    if count and _hosts.numpy_ok(send.dtype):
+        plan.hosts = hosts
     if rop is not ReduceOp.AVG:
         _engine(plan, result, send.ptr, recv.ptr, count, send.dtype, kop, -1)
     return plan
@@ -234,7 +247,13 @@ def all_gather(comm, sendbuf, recvbuf):
         e.all_gather(send.ptr, recv.ptr, send.nbytes)
         return recvbuf
 
+    def hosts(h, timeout):
+        _hosts.all_gather(comm, h, send.ptr, recv.ptr, send.nbytes, timeout)
+        return recvbuf
+
     plan = Plan(name, send.dtype, send.count, -1, -1, run, shm, comm.size * send.nbytes)
+    if send.nbytes:
+        plan.hosts = hosts
     return _engine(plan, recvbuf, send.ptr, recv.ptr, send.nbytes, send.dtype, -1, -1)
 
 
@@ -273,9 +292,17 @@ def reduce_scatter(comm, sendbuf, recvbuf, op, ring_order=False):
         finish_avg(comm, recv.ptr, count, send.dtype, rop)
         return recvbuf
 
+    def hosts(h, timeout):
+        src = avg_input(comm, send.ptr, count * comm.size, send.dtype, rop)
+        _hosts.reduce_scatter(comm, h, src, recv.ptr, count, send.dtype, _SUM_FOR_AVG.get(rop, rop), timeout)
+        finish_avg(comm, recv.ptr, count, send.dtype, rop)
+        return recvbuf
+
     # the record's root field says the order (agreed: ranks asking for different orders
     # would get different bits)
     plan = Plan(name, send.dtype, count, rop, RING_ORDER if ring_order else -1, run, shm, send.nbytes)
+    if count and not ring_order and _hosts.numpy_ok(send.dtype):
+        plan.hosts = hosts
     if rop is not ReduceOp.AVG:
         _engine(plan, recvbuf, send.ptr, recv.ptr, count, send.dtype, kop, -1)
     return plan

@@ -10,6 +10,8 @@ Rules, in order:
    point-to-point transport (MPI or TCP) runs the algorithm the alpha-beta-gamma cost model predicts
    fastest, with constants measured on the reference machine (see docs/performance.md), or on
    this cluster: ``UNICCL_TUNER_TABLE`` names the file ``uniccl bench --fit-model FILE`` writes.
+   Where hosts hold several ranks, all_reduce, all_gather and reduce_scatter may also run by
+   host ("hierarchical": comm/hosts.py), priced with the engine's assumed local constants.
 Every choice carries a one-line reason, logged at ``UNICCL_DEBUG=INFO``.
 """
 
@@ -24,11 +26,11 @@ from ..transport.record import COLLECTIVES
 from . import costmodel
 
 _P2P: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "recursive_doubling"),
+    "all_reduce": ("ring", "recursive_doubling", "hierarchical"),
     "reduce": ("tree",),
     "broadcast": ("tree",),
-    "all_gather": ("ring",),
-    "reduce_scatter": ("ring",),
+    "all_gather": ("ring", "hierarchical"),
+    "reduce_scatter": ("ring", "hierarchical"),
     "all_to_all": ("pairwise",),
     "gather": ("linear",),
     "scatter": ("linear",),
@@ -38,6 +40,8 @@ ALGORITHMS: dict[str, dict[str, tuple[str, ...]]] = {
     "tcp": _P2P,
     "shm": {c: ("shm",) for c in COLLECTIVES if c != "barrier"},
 }
+
+_BY_HOST = ("all_reduce", "all_gather", "reduce_scatter")  # what comm/hosts.py runs
 
 # Measured cost constants of the MPI transport (seconds, seconds per byte): latency of
 # one message, transfer and reduction cost per byte.  Only ratios matter for choices.
@@ -126,6 +130,18 @@ class Tuner:
                 )
         self.table = measured_table()  # alpha, beta, gamma measured here (None: the reference machine's)
         self._cache: dict = {}
+        self.hosts: tuple[int, bool] | None = None  # (most ranks on one host, all hosts alike): by_host
+
+    def by_host(self, most: int, alike: bool) -> None:
+        """The communicator can run calls by host (comm/hosts.py): at most ``most`` ranks on a
+        host; ``alike``: as many on every host (all_gather and reduce_scatter need that)."""
+        self.hosts = (most, alike)
+        self._cache.clear()
+
+    def _by_host_ok(self, coll: str) -> bool:
+        if self.hosts is None or coll not in _BY_HOST:
+            return False
+        return coll == "all_reduce" or self.hosts[1]
 
     def choose(self, coll: str, nbytes: int) -> Choice:
         key = (coll, nbytes.bit_length())  # one decision per power-of-two size bucket
@@ -146,6 +162,8 @@ class Tuner:
 
     def _decide(self, coll: str, nbytes: int) -> Choice:
         forced = self.rules.get(coll) or self.rules.get("*")
+        if forced == "hierarchical" and not self._by_host_ok(coll):
+            forced = None  # no hosts to group by here (one host, one rank each, or unlike hosts)
         if forced:
             transport = next((t for t in (self.transport, self.p2p) if forced in ALGORITHMS[t][coll]), None)
             if transport is not None:
@@ -153,10 +171,35 @@ class Tuner:
         options = ALGORITHMS[self.transport][coll]
         if self.transport == "shm":
             return Choice("shm", "shm", "native shared-memory engine, pipelined through cache-sized slots")
-        if coll == "all_reduce":
-            costs = {a: cost_all_reduce(a, nbytes, self.size, self.table) for a in ("ring", "recursive_doubling")}
+        costs = self._costs(coll, nbytes)
+        if costs:
             best = min(costs, key=costs.__getitem__)
             detail = ", ".join(f"{a} {c * 1e6:.1f} us" for a, c in sorted(costs.items(), key=lambda kv: kv[1]))
             source = "UNICCL_TUNER_TABLE" if self.table is not None else "reference constants"
             return Choice(self.p2p, best, f"cost model ({source}): {detail}")
         return Choice(self.p2p, options[0], "the only point-to-point algorithm for it")
+
+    def _costs(self, coll: str, nbytes: int) -> dict[str, float]:
+        """Predicted seconds of each algorithm the model prices for ``coll`` (empty: no choice)."""
+        t = self.table
+        alpha, beta = (ALPHA, BETA) if t is None else (t.alpha, t.beta)
+        gamma = GAMMA if t is None or t.gamma is None else t.gamma
+        n, by_host = self.size, self._by_host_ok(coll)
+        most = self.hosts[0] if self.hosts is not None else 1
+        if coll == "all_reduce":
+            costs = {a: cost_all_reduce(a, nbytes, n, t) for a in ("ring", "recursive_doubling")}
+            if by_host:
+                inter = min(("ring", "recursive_doubling"), key=lambda a: costs[a])
+                costs["hierarchical"] = costmodel.hierarchical(nbytes, n, alpha, beta, gamma, most, inter=inter)
+            return costs
+        if not by_host:
+            return {}
+        if coll == "all_gather":  # (nbytes: the whole result)
+            return {
+                "ring": costmodel.ring_all_gather(nbytes, n, alpha, beta),
+                "hierarchical": costmodel.hierarchical_all_gather(nbytes, n, alpha, beta, most),
+            }
+        return {  # reduce_scatter (nbytes: each rank's whole input)
+            "ring": costmodel.ring_reduce_scatter(nbytes, n, alpha, beta, gamma),
+            "hierarchical": costmodel.hierarchical_reduce_scatter(nbytes, n, alpha, beta, gamma, most),
+        }

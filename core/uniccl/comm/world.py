@@ -63,8 +63,9 @@ def init(platform: str | None = None, *, timeout: float | None = None) -> Commun
     how = bootstrap()
     if how == "tcp":
         from ..transport.factory import world_from_env
+        from .native import world_facts
 
-        return Communicator._over(world_from_env(), platform, timeout)
+        return Communicator._over(world_from_env(world_facts(platform)), platform, timeout)
     if not under_mpi_launcher() and _forced_bootstrap() is None and _under_torchrun():
         return _torchrun_world(platform, timeout)
     from ..transport.mpi import mpi

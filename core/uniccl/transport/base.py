@@ -36,6 +36,9 @@ class Transport(abc.ABC):
     announces: bool = True
     #: the connections under it, for link telemetry (TCP's mesh); None where the library owns them
     mesh: Any = None
+    # per member, what each rank told the rendezvous of itself (native.rank_facts: the first
+    # world of a uniccl run job); None: init exchanges them
+    facts: list | None = None
     #: with a ``mesh``: the mesh rank of each of this communicator's ranks
     members: list[int]
 
@@ -103,6 +106,11 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def split(self, color: int, key: int) -> Transport | None:
         """The transport of this rank's part of ``Communicator.split`` (None: color < 0)."""
+
+    @abc.abstractmethod
+    def host_keys(self) -> list[str]:
+        """Per member, what names its host (``net.host_key``): equal keys, one host (collective
+        where the transport does not know them already)."""
 
     @abc.abstractmethod
     def node(self) -> tuple[int, int]:

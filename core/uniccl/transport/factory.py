@@ -67,9 +67,11 @@ _world_mesh = None
 _world_lock = threading.Lock()
 
 
-def world_from_env() -> _tcp.TCPTransport:
+def world_from_env(facts: list | None = None) -> _tcp.TCPTransport:
     """The transport over every rank of a ``uniccl run`` job (local, ssh or slurm launcher):
-    rank, size and rendezvous come from the environment the launcher set."""
+    rank, size and rendezvous come from the environment the launcher set.  ``facts``: what
+    this rank tells the others of itself at the rendezvous (``native.world_facts``); the
+    first world's transport then has everyone's as its ``facts``."""
     global _world_mesh
     with _world_lock:
         if _world_mesh is None:
@@ -86,8 +88,10 @@ def world_from_env() -> _tcp.TCPTransport:
             host, _, port = rdv.rpartition(":")
             secret = bytes.fromhex(secret)
             timeout = float(_env.number("UNICCL_INIT_TIMEOUT"))
-            _world_mesh = _tcp.Mesh(UniqueId(host, int(port), secret), rank, size, timeout)
+            _world_mesh = _tcp.Mesh(UniqueId(host, int(port), secret), rank, size, timeout, facts)
         _world_mesh.worlds += 1
-        return _tcp.TCPTransport(
-            _world_mesh, list(range(_world_mesh.size)), _tcp.derive_context(0, _world_mesh.worlds, 0)
-        )
+        t = _tcp.TCPTransport(_world_mesh, list(range(_world_mesh.size)), _tcp.derive_context(0, _world_mesh.worlds, 0))
+        table = _world_mesh.table
+        if _world_mesh.worlds == 1 and all("facts" in e for e in table):  # (every rank's first world)
+            t.facts = [e["facts"] for e in table]
+        return t

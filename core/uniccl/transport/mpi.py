@@ -24,6 +24,7 @@ from .._errors import InternalError, InvalidArgument, InvalidUsage, RemoteError,
 from ..reliability import procs
 from . import notice as _notice
 from .base import Transport
+from .net import host_key
 from .record import RECORD_BYTES  # one rank's record of a call (Communicator._run_announced)
 
 
@@ -530,6 +531,9 @@ class MPITransport(Transport):
             return MPITransport(new)
         finally:
             new.Free()
+
+    def host_keys(self) -> list[str]:
+        return self.allgather_obj(host_key())
 
     def node(self) -> tuple[int, int]:
         """(local rank, local size): position among this communicator's ranks on this host."""

@@ -51,6 +51,7 @@ from typing import Any
 
 from ... import _threads
 from ..._errors import InternalError, RemoteError, Timeout
+from ...bootstrap.rendezvous import dial
 from ...observability.log import logger
 from ...reliability import procs
 from .base import _MeshBase, _PerPeer
@@ -190,11 +191,13 @@ class _Healer(_MeshBase):
 
     def reconnects(self, peer: int) -> int:
         """Times the connection to ``peer`` broke and was made again."""
-        return self._links[peer].reconnects
+        link = self._links.get(peer)  # (a peer never linked: nothing made for it)
+        return 0 if link is None else link.reconnects
 
     def broken_for(self, peer: int) -> float:
         """Seconds the connection to ``peer`` has been down (0: up)."""
-        since = self._links[peer].broken
+        link = self._links.get(peer)
+        since = link.broken if link is not None else 0.0
         return time.monotonic() - since if since else 0.0
 
     def _break(self, peer: int, gen: int) -> None:
@@ -282,7 +285,7 @@ class _Healer(_MeshBase):
         """A connection to ``peer``'s listener, the handshake done: (socket, what it answered)."""
         t = self.table[peer]
         try:
-            sock = socket.create_connection((t["addr"], t["port"]), timeout=_HANDSHAKE_S)
+            sock = dial(t["addr"], t["port"], _HANDSHAKE_S)
         except ConnectionRefusedError:
             raise _Refused("its listener refused (its process is gone)") from None
         except OSError:

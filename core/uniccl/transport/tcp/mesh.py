@@ -66,7 +66,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
     send (:class:`_Sender`), check and keep copies (:class:`_Integrity`), handle control
     messages (:class:`_Control`) and redial broken connections (:class:`_Healer`)."""
 
-    def __init__(self, uid, rank: int, size: int, timeout: float):
+    def __init__(self, uid, rank: int, size: int, timeout: float, facts: list | None = None):
         self.rank, self.size = rank, size
         self.timeout = default_timeout()  # waits outside calls (set-up); calls set their own
         self.closed = False
@@ -84,6 +84,8 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         }
         if tls is not None:
             payload["tls"] = tls.public()
+        if facts is not None:
+            payload["facts"] = facts  # for the world over it (transport.factory.world_from_env)
         try:
             known = rendezvous(uid, rank, size, payload, timeout, spread=True)
         except BaseException:

@@ -488,9 +488,12 @@ class TCPTransport(Transport):
             for t in (self.mesh.table[m] for m in self.members)
         ]
 
+    def host_keys(self) -> list[str]:
+        return [self.mesh.table[m]["host"] for m in self.members]  # (every rank has the table)
+
     def node(self) -> tuple[int, int]:
         """(local rank, local size): position among this communicator's ranks on this host."""
-        hosts = [self.mesh.table[m]["host"] for m in self.members]
+        hosts = self.host_keys()
         mine = hosts[self.rank]
         same = [r for r, h in enumerate(hosts) if h == mine]
         return same.index(self.rank), len(same)

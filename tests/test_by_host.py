@@ -1,0 +1,58 @@
+"""Collectives by host (comm/hosts.py) on a real multi-host job: ``uniccl run --hosts`` over ssh
+to three network namespaces (_netns.py), the ranks of a host over shared memory and the hosts'
+leaders over TCP.  Every value is checked against numpy in float64 by the worker
+(workers/by_host.py), on the world and on a split whose ranks interleave the hosts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _launch import WORKERS
+from _netns import netns_cluster  # noqa: F401  (the fixture)
+
+WORKER = str(WORKERS / "by_host.py")
+BY_HOST = "all_reduce:hierarchical;all_gather:hierarchical;reduce_scatter:hierarchical"
+
+
+def _rows(res) -> list[dict]:
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(line.partition("] ")[2]) for line in res.stdout.splitlines() if "{" in line]
+    return sorted(rows, key=lambda r: r["world"]["rank"])
+
+
+@pytest.mark.parametrize("slots", [(2, 2, 2), (3, 2, 1)], ids=["2-2-2", "3-2-1"])
+def test_forced_by_host(netns_cluster, slots):  # noqa: F811
+    c = netns_cluster
+    hosts = ",".join(f"{h}:{k}" for h, k in zip(c.hosts, slots))
+    rows = _rows(c.run(hosts, "-x", f"UNICCL_ALGO={BY_HOST}", WORKER, timeout=180))
+    assert len(rows) == sum(slots)
+    alike = len(set(slots)) == 1
+    for row in rows:
+        assert row["transport"] == "tcp"
+        for label in ("world", "interleaved"):
+            part = row[label]
+            assert part["errors"] == [], (label, part)
+            assert sorted(part["hosts"]) == sorted(slots)
+            # a host's ranks share memory ("local": a host of one rank)
+            assert part["local_transport"] == ("shm" if part["local_size"] > 1 else "local")
+            assert part["paths"]["all_reduce"] == ["hierarchical"]
+            assert part["local_calls"] >= 2 * 14  # every all_reduce made its reduce and broadcast there
+            # all_gather and reduce_scatter need alike hosts; else the ring, whatever UNICCL_ALGO asks
+            for coll in ("all_gather", "reduce_scatter"):
+                assert part["paths"][coll] == (["hierarchical"] if alike else ["ring"]), (label, coll)
+        assert row["world"]["in_order"] is True
+        assert row["interleaved"]["in_order"] is False
+
+
+def test_tuned_by_host(netns_cluster):  # noqa: F811
+    """No UNICCL_ALGO: the tuner picks per size; the values are right whatever it picks, and the
+    small all_reduce goes by host (3 leaders' ring of 4 steps beats the 6 ranks' 10)."""
+    c = netns_cluster
+    rows = _rows(c.run(",".join(f"{h}:2" for h in c.hosts), WORKER, timeout=180))
+    assert len(rows) == 6
+    for row in rows:
+        for label in ("world", "interleaved"):
+            part = row[label]
+            assert part["errors"] == [], (label, part)
+            assert "hierarchical" in part["paths"]["all_reduce"]
