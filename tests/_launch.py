@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 WORKERS = Path(__file__).parent / "workers"
@@ -94,3 +98,89 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+class Job:
+    """``uniccl run -n N`` of a worker, its output lines read as they come."""
+
+    def __init__(self, n: int, script: str, *args, env: dict | None = None, launcher: tuple = ()):
+        cmd = [
+            sys.executable,
+            "-m",
+            "uniccl",
+            "run",
+            "--no-prefix",
+            *launcher,
+            "-n",
+            str(n),
+            sys.executable,
+            str(WORKERS / script),
+            *map(str, args),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", UNICCL_TRANSPORT="tcp", **(env or {})),
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self._q.put(line)
+        self._q.put(None)
+
+    def rows(self, want, timeout: float) -> list[dict]:
+        """JSON rows read until ``want(rows)`` holds; AssertionError after ``timeout`` s or at EOF."""
+        got, deadline = [], time.monotonic() + timeout
+        while not want(got):
+            try:
+                line = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no complete answer within {timeout} s; output:\n{self.output()}") from None
+            if line is None:
+                raise AssertionError(f"the job ended early; output:\n{self.output()}")
+            if line.startswith("{"):
+                got.append(json.loads(line))
+        return got
+
+    def output(self) -> str:
+        return "".join(self.lines)[-6000:]
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job did not end within {timeout} s; output:\n{self.output()}") from None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def resume(pid) -> None:
+    """SIGCONT the stopped rank, if it was stopped and still exists (the tests' clean-up)."""
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def wait_stopped(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        assert time.monotonic() < deadline, "SIGSTOP did not take"
+        time.sleep(0.01)

@@ -6,9 +6,12 @@ leaders over TCP.  Every value is checked against numpy in float64 by the worker
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 
 import pytest
-from _launch import WORKERS
+from _launch import WORKERS, Job, resume, wait_stopped
 from _netns import netns_cluster  # noqa: F401  (the fixture)
 
 WORKER = str(WORKERS / "by_host.py")
@@ -56,3 +59,40 @@ def test_tuned_by_host(netns_cluster):  # noqa: F811
             part = row[label]
             assert part["errors"] == [], (label, part)
             assert "hierarchical" in part["paths"]["all_reduce"]
+
+
+LIMIT = 3.0
+
+
+@pytest.mark.parametrize("victim", [3, 2], ids=["member", "leader"])
+def test_a_stopped_rank_is_named_by_every_other(netns_cluster, tmp_path, victim):  # noqa: F811
+    """A rank held stopped (SIGSTOP) in a by-host all_reduce: every other rank, on its host or
+    not, raises uniccl.Timeout naming it within the call's timeout (+2 s), as on the flat path
+    (test_tcp_hardening), and the job ends cleanly once it is resumed."""
+    c = netns_cluster
+    go, done = tmp_path / "go", tmp_path / "done"
+    opts = [f"--ssh-option={o}" for o in c.ssh_options]
+    hosts = ",".join(f"{h}:2" for h in c.hosts)
+    launcher = ("--hosts", hosts, *opts, "--python", sys.executable, "-x", f"UNICCL_ALGO={BY_HOST}")
+    job = Job(6, "tcp_stopped.py", "all_reduce", 8, LIMIT, go, done, launcher=launcher)
+    pid = None
+    try:
+        pid = {row["ready"]: row["pid"] for row in job.rows(lambda rows: len(rows) == 6, 120)}[victim]
+        os.kill(pid, signal.SIGSTOP)
+        wait_stopped(pid)
+        go.write_text("go")
+        rows = job.rows(lambda rows: len(rows) == 5, LIMIT + 60)
+        for row in rows:
+            assert row["error"] == "Timeout", row
+            assert row["seconds"] < LIMIT + 2, row
+            assert row["missing"] == [victim], row
+            assert f"rank {victim}" in row["message"], row
+        os.kill(pid, signal.SIGCONT)
+        last = job.rows(lambda rows: len(rows) == 1, 60)[0]
+        assert last["rank"] == victim and last["error"] in (None, "Timeout", "RemoteError", "InvalidUsage"), last
+        done.write_text("done")
+        assert job.wait(60) == 0, job.output()
+        assert "Traceback" not in job.output(), job.output()
+    finally:
+        resume(pid)
+        job.kill()

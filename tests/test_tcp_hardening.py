@@ -18,85 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
-from _launch import WORKERS
-
-TCP = {"UNICCL_TRANSPORT": "tcp"}
-
-
-class Job:
-    """``uniccl run -n N`` of a worker, its output lines read as they come."""
-
-    def __init__(self, n: int, script: str, *args, env: dict | None = None, launcher: tuple = ()):
-        cmd = [
-            sys.executable,
-            "-m",
-            "uniccl",
-            "run",
-            "--no-prefix",
-            *launcher,
-            "-n",
-            str(n),
-            sys.executable,
-            str(WORKERS / script),
-            *map(str, args),
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **TCP, **(env or {})),
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        self._q: queue.Queue = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            self._q.put(line)
-        self._q.put(None)
-
-    def rows(self, want, timeout: float) -> list[dict]:
-        """JSON rows read until ``want(rows)`` holds; AssertionError after ``timeout`` s or at EOF."""
-        got, deadline = [], time.monotonic() + timeout
-        while not want(got):
-            try:
-                line = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no complete answer within {timeout} s; output:\n{self.output()}") from None
-            if line is None:
-                raise AssertionError(f"the job ended early; output:\n{self.output()}")
-            if line.startswith("{"):
-                got.append(json.loads(line))
-        return got
-
-    def output(self) -> str:
-        return "".join(self.lines)[-6000:]
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the job did not end within {timeout} s; output:\n{self.output()}") from None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
+from _launch import Job, resume, wait_stopped
 
 # ------------------------------------------------------------------ a stopped peer
 LIMIT = 3.0
@@ -130,7 +56,7 @@ def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(n, op, nbytes
         ready = job.rows(lambda rows: len(rows) == n, 120)
         pid = {row["ready"]: row["pid"] for row in ready}[victim]
         os.kill(pid, signal.SIGSTOP)
-        _wait_stopped(pid)  # stopped for real before the others start the call
+        wait_stopped(pid)  # stopped for real before the others start the call
         go.write_text("go")
         # the others' answers: each within the timeout + 2 s of its own call's start (the rank's
         # clock); the test's own wait is generous (a loaded machine) but ends the job if it hangs
@@ -151,7 +77,7 @@ def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(n, op, nbytes
         assert job.wait(60) == 0, job.output()
         assert "Traceback" not in job.output(), job.output()
     finally:
-        _resume(pid)
+        resume(pid)
         job.kill()
 
 
@@ -163,7 +89,7 @@ def test_a_stopped_rank_is_named_over_tls_too(tmp_path):
     try:
         pid = {row["ready"]: row["pid"] for row in job.rows(lambda rows: len(rows) == 3, 120)}[1]
         os.kill(pid, signal.SIGSTOP)
-        _wait_stopped(pid)
+        wait_stopped(pid)
         go.write_text("go")
         rows = job.rows(lambda rows: len(rows) == 2, LIMIT + 60)
         for row in rows:
@@ -175,7 +101,7 @@ def test_a_stopped_rank_is_named_over_tls_too(tmp_path):
         done.write_text("done")
         assert job.wait(60) == 0, job.output()
     finally:
-        _resume(pid)
+        resume(pid)
         job.kill()
 
 
@@ -197,27 +123,8 @@ def test_a_peer_stopped_mid_message_holds_only_its_own_stream():
         assert row["big"] == "Timeout" and row["missing"] == [victim], row
         assert f"rank {victim}" in row["message"] and "stopped" in row["message"], row
     finally:
-        _resume(pid)
+        resume(pid)
         job.kill()
-
-
-def _resume(pid) -> None:
-    """SIGCONT the stopped rank, if it was stopped and still exists (the tests' clean-up)."""
-    if pid is not None:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-
-
-def _wait_stopped(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                return
-        assert time.monotonic() < deadline, "SIGSTOP did not take"
-        time.sleep(0.01)
 
 
 # ------------------------------------------------------------------ retransmissions both ways at once

@@ -28,7 +28,7 @@ from collections import Counter
 
 import numpy as np
 
-from .._errors import UnicclError
+from .._errors import Timeout, UnicclError
 from .._types import DType
 from . import plans as _plans
 
@@ -111,30 +111,53 @@ def numpy_ok(dtype: int) -> bool:
 
 
 class _Steps:
-    """The sub-calls of one call, each given what is left of the call's timeout, and a failure
-    in one re-raised naming the step, the sub-communicator's world ranks and the call."""
+    """The sub-calls of one call and their timeouts, and a failure in one re-raised naming the
+    step, the sub-communicator's ranks as this communicator's, and the call.
+
+    The steps' deadlines are staggered by their depth: the first step (among a host's ranks,
+    depth 0) ends a slack of 10 % of the timeout (at most 1 s) before the leaders' step (depth
+    1), which ends as much before the last step (depth 2), which ends with the call's timeout.
+    So the rank that waits on a stopped or lost rank directly times out first and tells every
+    rank of this communicator (outcome.failed); the others, whose steps wait on that one, find
+    its verdict when theirs end, and all name the same rank (as on the flat path)."""
 
     def __init__(self, comm, name: str, h: Hosts, timeout: float | None):
         self.comm, self.name, self.h = comm, name, h
         self.deadline = time.monotonic() + timeout if timeout else None
+        self.slack = min(1.0, 0.1 * timeout) if timeout else 0.0
 
-    def __call__(self, sub, which: str, op: str, planner, *args):
+    def __call__(self, sub, depth: int, which: str, op: str, planner, *args):
         left = None
         if self.deadline is not None:
-            left = max(1e-3, self.deadline - time.monotonic())
-        plan = planner(sub, *args)
-        plan.args, plan.timeout = (sub, *args), left
+            left = max(1e-3, self.deadline - (2 - depth) * self.slack - time.monotonic())
         try:
+            plan = planner(sub, *args)
+            plan.args, plan.timeout = (sub, *args), left
             return sub._in_order(plan, op)  # (not the public method: a group() block must not take it)
+        except Timeout as exc:
+            told = self.comm._t.verdict()  # a rank's verdict on this call, come meanwhile
+            if told is None:
+                raise self._here(sub, which, op, exc) from None
+            raise Timeout(told.message, op=self.name, rank=self.comm.rank, **told.extra) from None
         except UnicclError as exc:
-            ranks = [self.comm_rank(sub, r) for r in range(sub.size)]
-            raise type(exc)(
-                f"{exc.message} (in the {which} {op} of a by-host {self.name}, whose ranks are ranks {ranks} here)",
-                op=self.name,
-                rank=self.comm.rank,
-                argument=exc.argument,
-                **exc.extra,
-            ) from None
+            raise self._here(sub, which, op, exc) from None
+
+    def _here(self, sub, which: str, op: str, exc: UnicclError) -> UnicclError:
+        """``exc`` of a step as this call's: the sub-communicator's ranks as this communicator's, and
+        without its call number, so that outcome.failed names this call."""
+        extra = {k: v for k, v in exc.extra.items() if k != "seq"}
+        if extra.get("missing_ranks"):
+            extra["missing_ranks"] = [self.comm_rank(sub, r) for r in extra["missing_ranks"]]
+        if extra.get("remote_rank") is not None:
+            extra["remote_rank"] = self.comm_rank(sub, extra["remote_rank"])
+        ranks = ", ".join(f"its rank {r} is rank {self.comm_rank(sub, r)}" for r in range(sub.size))
+        return type(exc)(
+            f"{exc.message} (in the {which} {op} of this by-host {self.name}: {ranks})",
+            op=self.name,
+            rank=self.comm.rank,
+            argument=exc.argument,
+            **extra,
+        )
 
     def comm_rank(self, sub, r: int) -> int:
         """Rank ``r`` of sub-communicator ``sub`` as a rank of the whole communicator."""
@@ -151,10 +174,10 @@ def all_reduce(comm, h: Hosts, ptr: int, count: int, dtype: int, op, timeout) ->
     """``ptr``'s ``count`` elements reduced over every rank, in place."""
     step = _Steps(comm, "all_reduce", h, timeout)
     buf = _array(ptr, count, dtype)
-    step(h.local, "local", "reduce", _plans.reduce, buf, None, op, 0)
+    step(h.local, 0, "local", "reduce", _plans.reduce, buf, None, op, 0)
     if h.leaders is not None:
-        step(h.leaders, "leaders'", "all_reduce", _plans.all_reduce, buf, None, op)
-    step(h.local, "local", "broadcast", _plans.broadcast, buf, 0)
+        step(h.leaders, 1, "leaders'", "all_reduce", _plans.all_reduce, buf, None, op)
+    step(h.local, 2, "local", "broadcast", _plans.broadcast, buf, 0)
 
 
 def all_gather(comm, h: Hosts, send: int, recv: int, block: int, timeout) -> None:
@@ -168,13 +191,13 @@ def all_gather(comm, h: Hosts, send: int, recv: int, block: int, timeout) -> Non
         # the hosts' blocks in host order: recv itself when that is rank order
         staged = out if h.in_order else np.empty(n * block, np.uint8)
         at = h.leaders.rank * per * block
-        step(h.local, "local", "gather", _plans.gather, mine, staged[at : at + per * block], 0)
-        step(h.leaders, "leaders'", "all_gather", _plans.all_gather, staged[at : at + per * block], staged)
+        step(h.local, 0, "local", "gather", _plans.gather, mine, staged[at : at + per * block], 0)
+        step(h.leaders, 1, "leaders'", "all_gather", _plans.all_gather, staged[at : at + per * block], staged)
         if not h.in_order:
             out.reshape(n, block)[h.order] = staged.reshape(n, block)
     else:
-        step(h.local, "local", "gather", _plans.gather, mine, None, 0)
-    step(h.local, "local", "broadcast", _plans.broadcast, out, 0)
+        step(h.local, 0, "local", "gather", _plans.gather, mine, None, 0)
+    step(h.local, 2, "local", "broadcast", _plans.broadcast, out, 0)
 
 
 def reduce_scatter(comm, h: Hosts, send: int, recv: int, count: int, dtype: int, op, timeout) -> None:
@@ -191,9 +214,9 @@ def reduce_scatter(comm, h: Hosts, send: int, recv: int, count: int, dtype: int,
     out = _array(recv, count, dtype)
     leader = h.leaders is not None
     total = np.empty_like(src) if leader else None
-    step(h.local, "local", "reduce", _plans.reduce, src, total, op, 0)
+    step(h.local, 0, "local", "reduce", _plans.reduce, src, total, op, 0)
     part = None
     if leader:
         part = np.empty(per * count, src.dtype)
-        step(h.leaders, "leaders'", "reduce_scatter", _plans.reduce_scatter, total, part, op)
-    step(h.local, "local", "scatter", _plans.scatter, part, out, 0)
+        step(h.leaders, 1, "leaders'", "reduce_scatter", _plans.reduce_scatter, total, part, op)
+    step(h.local, 2, "local", "scatter", _plans.scatter, part, out, 0)

@@ -120,6 +120,12 @@ class Transport(abc.ABC):
     def free(self) -> None:
         """Release what this communicator holds (its contexts, its duplicated communicators)."""
 
+    def verdict(self):
+        """The error this communicator was given up with, here or by a member who told this
+        rank (a Timeout naming the ranks waited for, a RemoteError ...), in its own ranks; None
+        while it was not (and where the transport hears no such notice: MPI)."""
+        return None
+
     def processes(self) -> list[dict]:
         """Each rank's process: ``host`` (its name), ``pid``, ``start`` (/proc's start time, or
         None) and ``local`` (on this host: its /proc is readable here), in rank order."""

@@ -98,6 +98,10 @@ class TCPTransport(Transport):
         naming it (a survivor may be waiting for another survivor, not for the dead rank)."""
         self.mesh.abort(self.ctx, self.members, reason, "died", [self.members[dead]])
 
+    def verdict(self):
+        told = self.mesh._aborted.get(self.ctx & ~3)
+        return None if told is None else self._local(told)
+
     def _local(self, exc):
         """A mesh error (Timeout, RemoteError) naming this communicator's ranks, not the job's."""
         extra = dict(exc.extra)
@@ -280,9 +284,9 @@ class TCPTransport(Transport):
         peers = [m for m in self.members if m != self.mesh.rank]
         assert self._seq is not None  # a wait of an announced call
         found = self.mesh.probe(self.ctx + DATA, self._seq, peers, 1.0)
-        told = self.mesh._aborted.get(self.ctx & ~3)
+        told = self.verdict()
         if isinstance(told, Timeout) and all(why is _SILENT for why in found.values()):
-            return self._local(told)  # a peer's verdict, told meanwhile, names the ranks
+            return told  # a peer's verdict, told meanwhile, names the ranks
         if not found:  # all here (or gave up)
             return self._local(exc)
         missing = sorted(self.members.index(m) for m in found)
