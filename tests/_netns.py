@@ -203,7 +203,7 @@ def _wait_port(addr: str, sshd: subprocess.Popen, log: str, timeout: float = 15)
     raise RuntimeError(f"sshd on {addr} did not answer within {timeout} s")
 
 
-def _start() -> NetnsCluster:
+def start() -> NetnsCluster:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     ip, sshd = _ip(), _sshd()
@@ -263,12 +263,12 @@ def _start() -> NetnsCluster:
         for i, (addr, proc) in enumerate(zip(cluster.hosts, cluster.sshd), 1):
             _wait_port(addr, proc, os.path.join(tmp, f"sshd-h{i}.log"))
     except BaseException:
-        _stop(cluster)
+        stop(cluster)
         raise
     return cluster
 
 
-def _stop(cluster: NetnsCluster) -> None:
+def stop(cluster: NetnsCluster) -> None:
     try:
         for proc in cluster.sshd:
             if proc.poll() is None:
@@ -288,7 +288,7 @@ _shared = {"cluster": None, "users": 0}
 @pytest.fixture(scope="session")
 def netns_cluster():
     if _shared["cluster"] is None:
-        _shared["cluster"] = _start()
+        _shared["cluster"] = start()
     _shared["users"] += 1
     try:
         yield _shared["cluster"]
@@ -296,4 +296,4 @@ def netns_cluster():
         _shared["users"] -= 1
         if _shared["users"] == 0:
             cluster, _shared["cluster"] = _shared["cluster"], None
-            _stop(cluster)
+            stop(cluster)

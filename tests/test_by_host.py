@@ -49,8 +49,8 @@ def test_forced_by_host(netns_cluster, slots):  # noqa: F811
 
 
 def test_tuned_by_host(netns_cluster):  # noqa: F811
-    """No UNICCL_ALGO: the tuner picks per size; the values are right whatever it picks, and the
-    small all_reduce goes by host (3 leaders' ring of 4 steps beats the 6 ranks' 10)."""
+    """No UNICCL_ALGO: the tuner picks per size (at 6 ranks mostly flat: test_tuner); the values
+    are right whatever it picks."""
     c = netns_cluster
     rows = _rows(c.run(",".join(f"{h}:2" for h in c.hosts), WORKER, timeout=180))
     assert len(rows) == 6
@@ -58,7 +58,8 @@ def test_tuned_by_host(netns_cluster):  # noqa: F811
         for label in ("world", "interleaved"):
             part = row[label]
             assert part["errors"] == [], (label, part)
-            assert "hierarchical" in part["paths"]["all_reduce"]
+            for coll, paths in part["paths"].items():
+                assert set(paths) <= {"ring", "recursive_doubling", "hierarchical"}, (coll, paths)
 
 
 LIMIT = 3.0

@@ -57,23 +57,35 @@ def test_bad_overrides_are_typed_errors(monkeypatch):
 
 
 def test_by_host_is_priced_and_chosen(monkeypatch):
-    """Told of its hosts (comm/hosts.py), the tuner prices the by-host form against the flat ones:
-    at 6 ranks on 3 hosts a small all_reduce goes by host (4 network steps among the leaders
-    instead of 10); all_gather and reduce_scatter go by host only on hosts alike."""
+    """Told of its hosts (comm/hosts.py), the tuner prices the by-host form (with its three more
+    calls) against the flat ones: at 64 ranks on 8 hosts, 1 MiB all_reduce and small all_gather
+    and reduce_scatter go by host; at 6 ranks on 3 hosts the sub-calls cost more than the 6
+    network steps they save, so small calls stay flat; all_gather and reduce_scatter go by host
+    only on hosts alike."""
+    from uniccl.comm import costmodel, tuner
+
     monkeypatch.delenv("UNICCL_ALGO", raising=False)
     monkeypatch.delenv("UNICCL_TRANSPORT", raising=False)
-    t = Tuner(6, "tcp", shm_ready=False, shm_reason="ranks span hosts")
-    assert t.choose("all_reduce", 8).algorithm == "recursive_doubling"  # not told yet
-    assert t.choose("all_gather", 8).algorithm == "ring"
-    t.by_host(2, True)
-    small = t.choose("all_reduce", 8)
-    assert small.algorithm == "hierarchical" and "hierarchical" in small.why and "ring" in small.why
-    assert t.choose("all_gather", 48).algorithm == "hierarchical"
-    assert t.choose("reduce_scatter", 48).algorithm == "hierarchical"
-    t.by_host(3, False)  # hosts of 3, 2 and 1 ranks
-    assert t.choose("all_reduce", 8).algorithm == "hierarchical"
-    assert t.choose("all_gather", 48).algorithm == "ring"
-    assert t.choose("reduce_scatter", 48).algorithm == "ring"
+    t = Tuner(64, "tcp", shm_ready=False, shm_reason="ranks span hosts")
+    assert t.choose("all_reduce", 1 << 20).algorithm == "ring"  # not told yet
+    assert t.choose("all_gather", 512).algorithm == "ring"
+    t.by_host(8, True)
+    mid = t.choose("all_reduce", 1 << 20)
+    assert mid.algorithm == "hierarchical" and "recursive_doubling" in mid.why and "ring" in mid.why
+    assert t.choose("all_gather", 512).algorithm == "hierarchical"
+    assert t.choose("reduce_scatter", 512).algorithm == "hierarchical"
+    a, b, g = tuner.ALPHA, tuner.BETA, tuner.GAMMA
+    want = costmodel.hierarchical_all_gather(512, 64, a, b, 8) + tuner.SUB_CALLS_S
+    assert f"hierarchical {want * 1e6:.1f} us" in t.choose("all_gather", 512).why
+    t.by_host(9, False)  # hosts of unlike sizes
+    assert t.choose("all_reduce", 1 << 20).algorithm == "hierarchical"
+    assert t.choose("all_gather", 512).algorithm == "ring"
+    assert t.choose("reduce_scatter", 512).algorithm == "ring"
+    six = Tuner(6, "tcp", shm_ready=False, shm_reason="ranks span hosts")
+    six.by_host(2, True)
+    assert six.choose("all_reduce", 8).algorithm == "recursive_doubling"
+    assert six.choose("all_gather", 48).algorithm == "ring"
+    assert "hierarchical" in six.choose("all_gather", 48).why  # priced, not taken
 
 
 def test_forced_by_host_only_where_there_are_hosts(monkeypatch):

@@ -46,6 +46,10 @@ _BY_HOST = ("all_reduce", "all_gather", "reduce_scatter")  # what comm/hosts.py 
 # Measured cost constants of the MPI transport (seconds, seconds per byte): latency of
 # one message, transfer and reduction cost per byte.  Only ratios matter for choices.
 ALPHA, BETA, GAMMA = 6e-6, 1 / 4e9, 1 / 12e9
+# A by-host call is the call plus three calls of its sub-communicators: each more costs the host
+# path's own per-call time above its transport (~25 us here, docs/performance.md), which the
+# algorithms' alpha does not hold.
+SUB_CALLS_S = 3 * 25e-6
 
 
 class Choice(NamedTuple):
@@ -190,16 +194,17 @@ class Tuner:
             costs = {a: cost_all_reduce(a, nbytes, n, t) for a in ("ring", "recursive_doubling")}
             if by_host:
                 inter = min(("ring", "recursive_doubling"), key=lambda a: costs[a])
-                costs["hierarchical"] = costmodel.hierarchical(nbytes, n, alpha, beta, gamma, most, inter=inter)
+                by = costmodel.hierarchical(nbytes, n, alpha, beta, gamma, most, inter=inter)
+                costs["hierarchical"] = by + SUB_CALLS_S
             return costs
         if not by_host:
             return {}
         if coll == "all_gather":  # (nbytes: the whole result)
             return {
                 "ring": costmodel.ring_all_gather(nbytes, n, alpha, beta),
-                "hierarchical": costmodel.hierarchical_all_gather(nbytes, n, alpha, beta, most),
+                "hierarchical": costmodel.hierarchical_all_gather(nbytes, n, alpha, beta, most) + SUB_CALLS_S,
             }
         return {  # reduce_scatter (nbytes: each rank's whole input)
             "ring": costmodel.ring_reduce_scatter(nbytes, n, alpha, beta, gamma),
-            "hierarchical": costmodel.hierarchical_reduce_scatter(nbytes, n, alpha, beta, gamma, most),
+            "hierarchical": costmodel.hierarchical_reduce_scatter(nbytes, n, alpha, beta, gamma, most) + SUB_CALLS_S,
         }
