@@ -24,6 +24,7 @@ reference machine under other load.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import importlib.util
 import json
@@ -34,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -119,7 +121,11 @@ def source_digest(folder: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def worker(folder: Path, launched: float, sizes: list[int], started: float | None = None) -> int:
+def worker(folder: Path, launched: float, sizes: list[int], started: float | None = None, gate=None) -> int:
+    """One rank.  ``gate`` (fork mode): (write end, read end) of the driver's pipes: a byte
+    written once init() returned, then a wait for the driver's byte, sent once every rank's
+    init() returned, so that no rank's calls (their connections) take the machine's few cores
+    from the ranks still in init(), which a cluster's core per rank would not."""
     started = started or time.time()
     import numpy as np
 
@@ -130,6 +136,9 @@ def worker(folder: Path, launched: float, sizes: list[int], started: float | Non
     cpu = time.process_time()
     comm = uniccl.init()
     inited = time.time()
+    if gate is not None:
+        os.write(gate[0], b"i")
+        _read_exact(gate[1], 1)
     row = {"rank": comm.rank, "pid": os.getpid(), "start": started - launched, "import": imported - started}
     row.update(init=inited - imported, init_done=inited - launched, checks={}, tcp_src=tcp_src)
     row["init_cpu"] = time.process_time() - cpu  # every thread of the process, while init() ran
@@ -277,6 +286,18 @@ def _read_exact(fd: int, n: int) -> bytes:
     return out
 
 
+def _open_gate(inited_r: int, go_w: int, n: int) -> None:
+    """Once all n ranks said init() returned, let them all go on (fork mode's gate)."""
+    try:
+        _read_exact(inited_r, n)
+        os.write(go_w, b"g" * n)  # (n bytes of a pipe: n <= 64 KiB)
+    except (EOFError, OSError):  # a rank died in init(): the job fails anyway
+        pass
+    finally:
+        os.close(inited_r)
+        os.close(go_w)
+
+
 def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
     """``--fork``: the ranks are forked from this process after it imported numpy and uniccl and
     discovered the plugins (as from a fork server), so that n processes cost one import and
@@ -301,11 +322,20 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
 
     folder = Path(tempfile.mkdtemp(prefix="uniccl-scale-"))
     (folder / "status").mkdir()
+    from uniccl.observability.status import prepare
+
+    prepare(str(folder / "status"), n)  # as uniccl run's launcher does
     tcp = installed_tcp()
     at_launch = source_digest(tcp) if tcp else None
     before = snapshot()
     mem_before = memory_available()
     r, w = os.pipe()
+    inited_r, inited_w = os.pipe()  # ranks -> driver: init() returned
+    go_r, go_w = os.pipe()  # driver -> ranks: every rank's did
+    # as a fork server does: what is here now stays out of the children's garbage collections,
+    # which would otherwise write every object's header and so copy every page of it per child
+    gc.collect()
+    gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     launched = time.time()
@@ -316,6 +346,8 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
             code = 1
             try:
                 os.close(w)
+                os.close(inited_r)
+                os.close(go_w)
                 started = time.time()
                 uid = UniqueId.from_bytes(_read_exact(r, UID_BYTES))  # once the rendezvous listens
                 os.close(r)
@@ -333,7 +365,7 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
                     UNICCL_STATUS_DIR=str(folder / "status"),
                     UNICCL_TRANSPORT="tcp",
                 )
-                code = worker(folder, launched, sizes, started)
+                code = worker(folder, launched, sizes, started, gate=(inited_w, go_r))
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -348,6 +380,9 @@ def run_forked(n: int, sizes: list[int], timeout: float) -> dict:
     for _ in pids:  # 128 bytes, less than PIPE_BUF: each rank's read takes one whole copy
         os.write(w, bytes(uid))
     os.close(w)
+    os.close(inited_w)
+    os.close(go_r)
+    threading.Thread(target=_open_gate, args=(inited_r, go_w, n), daemon=True).start()
     deadline, codes, low = time.monotonic() + timeout, {}, mem_before
     while len(codes) < n and time.monotonic() < deadline:
         low = min(low, memory_available())

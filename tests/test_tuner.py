@@ -74,7 +74,7 @@ def test_by_host_is_priced_and_chosen(monkeypatch):
     assert mid.algorithm == "hierarchical" and "recursive_doubling" in mid.why and "ring" in mid.why
     assert t.choose("all_gather", 512).algorithm == "hierarchical"
     assert t.choose("reduce_scatter", 512).algorithm == "hierarchical"
-    a, b, g = tuner.ALPHA, tuner.BETA, tuner.GAMMA
+    a, b = tuner.ALPHA, tuner.BETA
     want = costmodel.hierarchical_all_gather(512, 64, a, b, 8) + tuner.SUB_CALLS_S
     assert f"hierarchical {want * 1e6:.1f} us" in t.choose("all_gather", 512).why
     t.by_host(9, False)  # hosts of unlike sizes

@@ -418,6 +418,9 @@ VARS: dict[str, Var] = {
         _v("UNICCL_BENCH_CHILD", "bool", False, "`uniccl bench` ranks it relaunched under mpiexec", user=False),
     )
 }
+for _var in VARS.values():  # compiled once, with the module (re caches them), not at a rank's init
+    if _var.pattern:
+        re.compile(_var.pattern)
 
 
 def spec(name: str) -> Var:

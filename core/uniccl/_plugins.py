@@ -161,6 +161,7 @@ class PluginManager:
         self._pm = pluggy.PluginManager("uniccl")
         self._pm.add_hookspecs(hookspecs)
         self._records: dict[str, PluginRecord] = {}
+        self._backends: dict[int, Backend] = {}  # id(record) -> its hooks, resolved once
         self._discovered = False
         self._lock = threading.Lock()
 
@@ -277,7 +278,11 @@ class PluginManager:
         return self.backend(rec) if rec is not None and rec.available else fallback
 
     def backend(self, record: PluginRecord) -> Backend:
-        return Backend(record, {h: self._impl(record.module, h) for h in _hook_names()})
+        found = self._backends.get(id(record))
+        if found is None or found.record is not record:
+            found = Backend(record, {h: self._impl(record.module, h) for h in _hook_names()})
+            self._backends[id(record)] = found
+        return found
 
 
 def _one_line(exc: BaseException) -> str:

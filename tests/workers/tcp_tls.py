@@ -76,6 +76,9 @@ try:
         for _ in range(3):
             comm.broadcast(buf, root=0)
         row["ok"] = bool(np.array_equal(buf, want))
+    elif mode == "wrong-cert":  # init() links no one: the first call meets the refusal
+        comm.all_reduce(np.ones(4, np.float32), timeout=30)
+        row["ok"] = True
     elif mode == "die":
         x = np.ones(1 << 18, np.float32)
         for _i in range(20):
@@ -86,4 +89,6 @@ try:
 except uniccl.UnicclError as exc:
     row.update(error=type(exc).__name__, message=str(exc), remote=getattr(exc, "remote_rank", None))
 print(json.dumps(row), flush=True)
+if mode == "wrong-cert" and "error" in row:
+    sys.exit(3)  # (as at init: the job fails)
 comm.destroy()

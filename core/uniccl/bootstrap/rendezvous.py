@@ -21,6 +21,7 @@ import selectors
 import socket
 import struct
 import time
+from typing import Literal, NamedTuple, overload
 
 from .. import _threads
 from .._env import DEFAULT_TIMEOUT
@@ -96,7 +97,10 @@ def _recv_exact(sock, n: int) -> bytes:
 # frame over MAX_FRAME bytes or anything malformed, is dropped without effect on the job.
 HANDSHAKE_S = 10.0
 MAX_FRAME = 1 << 20  # a rank's payload is a few hundred bytes of JSON
-MAX_PENDING = 512  # unauthenticated connections held at once (more: the oldest are dropped)
+# unauthenticated connections held at once (more: the oldest are dropped); above the job sizes
+# one machine may host at once, whose ranks all connect together and wait in the backlog
+MAX_PENDING = 4096
+_BACKLOG = 65535  # connections the kernel queues before the server accepts them
 
 
 def bind_address(host: str) -> str:
@@ -144,7 +148,10 @@ def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) 
     ``host``: the address the ranks reach it at (default $UNICCL_HOST_ADDR, else this
     host's); it listens on that address only."""
     host = host or _host_address()
-    sock = socket.create_server((bind_address(host), 0), backlog=128)
+    # every rank connects at once: a backlog shorter than the job drops SYNs, whose retries
+    # back off 1, 3, 7 s (a 1024-rank job on one machine idled 10 s so); the kernel caps it
+    # at net.core.somaxconn
+    sock = socket.create_server((bind_address(host), 0), backlog=_BACKLOG)
     uid = UniqueId(host, sock.getsockname()[1], secrets.token_bytes(32))
     _threads.start(_Server(sock, uid.secret, timeout).serve, name="uniccl-rendezvous")
     return uid
@@ -153,7 +160,7 @@ def get_unique_id(timeout: float = DEFAULT_TIMEOUT, *, host: str | None = None) 
 class _Conn:
     """One client of the rendezvous: its socket, what it has sent so far, its deadline."""
 
-    __slots__ = ("sock", "nonce", "inbuf", "outbuf", "deadline", "rank", "payload", "spread")
+    __slots__ = ("sock", "nonce", "inbuf", "outbuf", "deadline", "rank", "payload", "spread", "every")
 
     def __init__(self, sock, nonce: str, deadline: float):
         self.sock, self.nonce, self.deadline = sock, nonce, deadline
@@ -161,10 +168,15 @@ class _Conn:
         self.outbuf = bytearray(_frame({"nonce": nonce}))
         self.rank = self.payload = None  # set once it has proved the secret
         self.spread = False  # it takes its tree neighbours' entries, the table coming down the tree
+        self.every: list = []  # ... and these fields of every rank's entry, at once (_every)
 
 
 def _frame(obj) -> bytes:
-    data = json.dumps(obj).encode()
+    return _framed(json.dumps(obj))
+
+
+def _framed(text: str) -> bytes:
+    data = text.encode()
     return struct.pack("!I", len(data)) + data
 
 
@@ -222,27 +234,40 @@ class _Server:
             self._answer_all({"error": "the ranks joined for different transports (TCP and MPI)"})
         elif self.ranks[0].spread:  # (a TCP mesh) rank 0 the table, the others their tree neighbours
             n = self.size
-            self._answer_all(
-                lambda r: (
-                    {"table": table}
-                    if r == 0
-                    else {"peers": {str(p): table[p] for p in (tree_parent(r), *tree_children(r, n))}}
-                )
-            )
+            # each entry encoded once, each answer joined from them (this thread shares the
+            # machine with the ranks: its CPU per answer is what a thousand of them wait for)
+            entries = [json.dumps(e) for e in table]
+            tail = ', "every": ' + json.dumps(_every(table, self.ranks[0].every)) + "}"
+
+            def answer(r: int) -> bytes:
+                if r == 0:
+                    return _framed('{"table": [' + ", ".join(entries) + "]}")
+                near = ", ".join(f'"{p}": {entries[p]}' for p in (tree_parent(r), *tree_children(r, n)))
+                return _framed('{"peers": {' + near + "}" + tail)
+
+            self._answer_all(answer, encoded=True)
         else:
             self._answer_all({"table": table})
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self.sock.accept()
-        except OSError:
-            return
-        if len(self.pending) >= MAX_PENDING:  # a flood: the oldest unproved client makes room
-            self._drop(next(iter(self.pending.values())))
-        sock.setblocking(False)
-        conn = _Conn(sock, secrets.token_hex(16), min(self.deadline, time.monotonic() + HANDSHAKE_S))
-        self.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        self.pending[sock] = conn
+        """Every connection waiting in the backlog (a job's ranks come at once: one wakeup for
+        many), each sent its nonce at once (a few bytes into an empty socket buffer)."""
+        for _ in range(MAX_PENDING):
+            try:
+                sock, _ = self.sock.accept()
+            except OSError:  # (BlockingIOError: none left)
+                return
+            if len(self.pending) >= MAX_PENDING:  # a flood: the oldest unproved client makes room
+                self._drop(next(iter(self.pending.values())))
+            sock.setblocking(False)
+            conn = _Conn(sock, secrets.token_hex(16), min(self.deadline, time.monotonic() + HANDSHAKE_S))
+            try:
+                del conn.outbuf[: sock.send(conn.outbuf)]
+            except OSError:
+                sock.close()
+                continue
+            self.sel.register(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0), conn)
+            self.pending[sock] = conn
 
     def _drop(self, conn: _Conn, answer=None) -> None:
         """Forget ``conn``; tell it ``answer`` first (a best-effort reply, never waited on)."""
@@ -318,14 +343,17 @@ class _Server:
         self.size = nranks
         del self.pending[conn.sock]  # proved: no deadline any more
         conn.rank, conn.payload, conn.spread = rank, msg["payload"], msg.get("spread") is True
+        every = msg.get("every")
+        conn.every = [f for f in every if isinstance(f, str)] if isinstance(every, list) else []
         self.ranks[rank] = conn
 
     def _refuse(self, conn: _Conn, why: str) -> None:
         self._drop(conn, {"error": why})
 
-    def _answer_all(self, answer) -> None:
-        """``answer`` (the table, or the error; a function of the rank: each its own) to every
-        joined rank, all at once (non-blocking writes from this thread), within HANDSHAKE_S."""
+    def _answer_all(self, answer, encoded: bool = False) -> None:
+        """``answer`` (the table, or the error; a function of the rank: each its own, ``encoded``:
+        its framed bytes) to every joined rank, all at once (non-blocking writes from this
+        thread), within HANDSHAKE_S."""
         for key in list(self.sel.get_map().values()):  # no one else is served any more
             if key.data is None or key.data.rank is None:
                 self.sel.unregister(key.fileobj)
@@ -334,9 +362,21 @@ class _Server:
         shared = None if callable(answer) else memoryview(_frame(answer))  # (encoded once)
         left = {}
         for conn in self.ranks.values():
-            conn.outbuf = shared if shared is not None else memoryview(_frame(answer(conn.rank)))
-            self.sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
-            left[conn.rank] = conn
+            if shared is not None:
+                buf = shared
+            else:
+                buf = memoryview(answer(conn.rank) if encoded else _frame(answer(conn.rank)))
+            try:  # at once: most answers fit the socket's buffer whole
+                buf = buf[conn.sock.send(buf) :]
+            except OSError:  # gone: it will not get the answer
+                buf = memoryview(b"")
+            if buf:
+                conn.outbuf = buf
+                self.sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+                left[conn.rank] = conn
+            else:
+                self.sel.unregister(conn.sock)
+                conn.sock.close()
         deadline = time.monotonic() + HANDSHAKE_S
         while left and time.monotonic() < deadline:
             for key, _ in self.sel.select(max(0.0, min(1.0, deadline - time.monotonic()))):
@@ -352,6 +392,34 @@ class _Server:
         for conn in left.values():  # a rank that did not read its answer within HANDSHAKE_S
             self.sel.unregister(conn.sock)
             conn.sock.close()
+
+
+def _every(table: list, fields: list) -> dict:
+    """``fields`` of every entry of ``table``, compactly: {field: [its distinct values, the index
+    of each rank's value]}, the index list one number when every rank has the same value (a
+    job's ranks share a few hosts and one plugin: O(n) bytes per rank at most, O(1) mostly)."""
+    out = {}
+    for f in fields:
+        keys = [json.dumps(e.get(f) if isinstance(e, dict) else None, sort_keys=True) for e in table]
+        index: dict = {}
+        of = [index.setdefault(k, len(index)) for k in keys]
+        out[f] = [[json.loads(k) for k in index], of[0] if len(index) == 1 else of]
+    return out
+
+
+def _every_of(packed: dict, n: int) -> dict:
+    """:func:`_every`'s answer as {field: the value of each of the n ranks}."""
+    out = {}
+    for f, (values, of) in packed.items():
+        out[f] = [values[of]] * n if isinstance(of, int) else [values[i] for i in of]
+    return out
+
+
+class Spread(NamedTuple):
+    """What a TCP mesh's rank gets from the rendezvous (``rendezvous(spread=True)``)."""
+
+    entries: list | dict  # rank 0: every rank's payload; another: {rank: payload} of its tree neighbours
+    every: dict  # {field: the value of each rank} of the fields asked for (``every=``)
 
 
 def tree_parent(rank: int) -> int:
@@ -370,11 +438,22 @@ def tree_children(rank: int, n: int) -> list[int]:
     return out
 
 
-def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spread: bool = False) -> list | dict:
+@overload
+def rendezvous(
+    uid: UniqueId, rank: int, size: int, payload, timeout: float, spread: Literal[False] = ..., every: tuple = ...
+) -> list: ...
+@overload
+def rendezvous(
+    uid: UniqueId, rank: int, size: int, payload, timeout: float, spread: Literal[True], every: tuple = ...
+) -> Spread: ...
+def rendezvous(
+    uid: UniqueId, rank: int, size: int, payload, timeout: float, spread: bool = False, every: tuple = ()
+) -> list | Spread:
     """Join the rendezvous; return every rank's payload, indexed by rank.  ``spread`` (a TCP
-    mesh, whose ranks pass the table down the binomial tree rooted at rank 0 themselves): rank 0
-    gets the table, every other rank {rank: payload} of its parent and children only, so the
-    server sends O(n log n) bytes, not n tables."""
+    mesh, whose ranks pass the table down the binomial tree rooted at rank 0 themselves): a
+    :class:`Spread`, where rank 0 gets the table, every other rank {rank: payload} of its parent
+    and children only, and every rank the payloads' fields ``every`` of every rank (compactly),
+    so the server sends O(n log n) bytes, not n tables."""
     deadline = time.monotonic() + timeout
     while True:  # the server may not be listening yet on a slow start, or may have shed us in a flood
         try:
@@ -403,7 +482,7 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spr
                 proof = hmac.new(uid.secret, nonce.encode(), hashlib.sha256).hexdigest()
                 hello = {"proof": proof, "rank": rank, "size": size, "payload": payload}
                 if spread:
-                    hello["spread"] = True
+                    hello["spread"], hello["every"] = True, list(every)
                 _send(sock, hello)
                 sock.settimeout(max(1.0, deadline - time.monotonic()))
                 answer = _recv(sock)
@@ -412,6 +491,9 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spr
                     f"rendezvous at {uid.host}:{uid.port} did not complete within {timeout:.0f} s", op="init", rank=rank
                 ) from None
             except (OSError, ValueError) as exc:
+                if time.monotonic() < deadline:  # shed as an unproved client in a flood: again
+                    time.sleep(0.05)
+                    continue
                 raise InvalidUsage(
                     f"the rendezvous at {uid.host}:{uid.port} closed the connection: {exc}", op="init", rank=rank
                 ) from None
@@ -419,7 +501,10 @@ def rendezvous(uid: UniqueId, rank: int, size: int, payload, timeout: float, spr
     if "error" in answer:
         raise InvalidUsage(f"rendezvous failed: {answer['error']}", op="init", rank=rank)
     if "peers" in answer:
-        return {int(p): entry for p, entry in answer["peers"].items()}
+        return Spread({int(p): entry for p, entry in answer["peers"].items()}, _every_of(answer["every"], size))
+    if spread:
+        table = answer["table"]
+        return Spread(table, {f: [e.get(f) for e in table] for f in every})
     return answer["table"]
 
 

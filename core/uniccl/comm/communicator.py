@@ -187,9 +187,11 @@ class Communicator(CommunicatorViews):
         _fl.arm_signal_dumps()  # UNICCL_TRACE / UNICCL_DUMP_DIR: SIGTERM and Ctrl-C still leave the files
         self._telemetry = _tel.Telemetry(self.size) if _tel.enabled() else None  # UNICCL_TELEMETRY
         _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus (a warning now if it cannot be served)
-        _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows
-        for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR", "UNICCL_STATUS_DIR"):
+        _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows (its thread warns if a write fails)
+        for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR"):
             _log.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
+        # (the status directory is every rank's: no probe file there, its path alone)
+        _log.check_writable_dir("UNICCL_STATUS_DIR", probe=False)
         mesh = self._t.mesh  # TCP's connections (None under MPI)
         if mesh is not None and self._tracer is not None:
             mesh.tracer = self._tracer  # spans per message

@@ -177,9 +177,10 @@ def main(args) -> int:
             raise InvalidArgument(f"must be >= 0 seconds, got {args.grace:g}", op="run", argument="--grace")
         env = _user_env(args.env)
         if "UNICCL_STATUS_DIR" not in env and "UNICCL_STATUS_DIR" not in os.environ:
-            from ..observability.status import new_job_dir
+            from ..observability.status import new_job_dir, prepare
 
             env["UNICCL_STATUS_DIR"] = new_job_dir()  # the ranks' live status, for `uniccl top`
+            prepare(env["UNICCL_STATUS_DIR"], args.n or (sum(nd.slots for nd in nodes) if nodes else 1))
         if args.platforms:
             env["UNICCL_PLATFORMS"] = args.platforms
         argv = [args.program, *args.args]

@@ -69,25 +69,27 @@ def warn(message: str) -> None:
         print(f"uniccl WARNING {message}", file=sys.stderr, flush=True)
 
 
-def check_writable_dir(name: str, environ=None) -> bool:
+def check_writable_dir(name: str, environ=None, probe: bool = True) -> bool:
     """Whether the directory variable ``name`` (unset: nothing to serve, True) can be
     written: it exists as a writable directory or can be made (its nearest existing parent is a
     writable directory).  If not, a warning on stderr now, once per process for each value --
-    rather than a file silently missing at exit."""
+    rather than a file silently missing at exit.  ``probe=False``: the path alone is looked at,
+    no file is made there (its writer says itself when a write fails)."""
     where = _env.raw(name, environ)
     if where is None:
         return True
     key = (name, where)
     if key not in _checked:
-        reason = _unwritable(where)
+        reason = _unwritable(where, probe)
         _checked[key] = reason is None
         if reason:
             warn(f"{name}={where!r} cannot be written ({reason}): nothing will be written there")
     return _checked[key]
 
 
-def _unwritable(where: str) -> str | None:
-    """None when ``where`` is (or can become) a directory this process can write, else why not."""
+def _unwritable(where: str, make_file: bool = True) -> str | None:
+    """None when ``where`` is (or can become) a directory this process can write, else why not
+    (``make_file``: by making a file there; else only whether it is, or can be, a directory)."""
     probe = os.path.abspath(os.path.expanduser(where))
     while not os.path.lexists(probe):
         parent = os.path.dirname(probe)
@@ -96,6 +98,8 @@ def _unwritable(where: str) -> str | None:
         probe = parent
     if not os.path.isdir(probe):
         return f"{probe} is not a directory"
+    if not make_file:
+        return None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".uniccl-probe-", dir=probe)
     except OSError as exc:

@@ -34,11 +34,17 @@ def newest_job() -> str | None:
 def read(path: str) -> list[dict]:
     rows = []
     for f in glob.glob(os.path.join(path, "rank-*.json")):
-        try:
-            with open(f) as fh:
-                rows.append(json.load(fh))
-        except (OSError, ValueError):
-            continue  # being replaced
+        for _ in range(3):  # (a rank rewrites its file in place: a read may meet it half written)
+            try:
+                with open(f) as fh:
+                    text = fh.read()
+                if text.strip():  # (empty: made by the launcher, its rank has not written yet)
+                    rows.append(json.loads(text))
+                break
+            except ValueError:
+                time.sleep(0.001)
+            except OSError:
+                break
     return sorted(rows, key=lambda r: r.get("rank", 0))
 
 

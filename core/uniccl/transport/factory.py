@@ -91,7 +91,7 @@ def world_from_env(facts: list | None = None) -> _tcp.TCPTransport:
             _world_mesh = _tcp.Mesh(UniqueId(host, int(port), secret), rank, size, timeout, facts)
         _world_mesh.worlds += 1
         t = _tcp.TCPTransport(_world_mesh, list(range(_world_mesh.size)), _tcp.derive_context(0, _world_mesh.worlds, 0))
-        table = _world_mesh.table
-        if _world_mesh.worlds == 1 and all("facts" in e for e in table):  # (every rank's first world)
-            t.facts = [e["facts"] for e in table]
+        facts = _world_mesh.facts
+        if _world_mesh.worlds == 1 and all(f is not None for f in facts):  # (every rank's first world)
+            t.facts = facts
         return t

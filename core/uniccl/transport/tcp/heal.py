@@ -284,6 +284,11 @@ class _Healer(_MeshBase):
     def _connect_to(self, peer: int, kind: int, gen: int):
         """A connection to ``peer``'s listener, the handshake done: (socket, what it answered)."""
         t = self.table[peer]
+        if t is None:  # beyond the tree neighbours, its entry comes with the table (Mesh._spread_table)
+            self._known.wait(_HANDSHAKE_S)
+            t = self.table[peer]
+            if t is None:
+                return None, None  # (as for a refused dial: tried again until the wait's end)
         try:
             sock = dial(t["addr"], t["port"], _HANDSHAKE_S)
         except ConnectionRefusedError:

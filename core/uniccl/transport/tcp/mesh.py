@@ -87,15 +87,18 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
         if facts is not None:
             payload["facts"] = facts  # for the world over it (transport.factory.world_from_env)
         try:
-            known = rendezvous(uid, rank, size, payload, timeout, spread=True)
+            known = rendezvous(uid, rank, size, payload, timeout, spread=True, every=("host", "facts"))
         except BaseException:
             listener.close()
             if tls is not None:
                 tls.discard()
             raise
         # rank 0 has the table; the others know their tree neighbours until it comes (_spread_table)
-        self.table: list = known if isinstance(known, list) else [known.get(p) for p in range(size)]
+        entries = known.entries
+        self.table: list = entries if isinstance(entries, list) else [entries.get(p) for p in range(size)]
         self.table[rank] = payload
+        self.hosts: list = known.every["host"]  # every rank's host key, known at once
+        self.facts: list = known.every["facts"]  # ... and what it told of itself (None: nothing)
         self._known = threading.Event()  # set once the whole table is here
         # a pair connects when a call first needs it (heal.py): nothing is dialled here
         self.socks: list = [None] * size
@@ -150,31 +153,42 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
                 tls.discard()
         else:
             _threads.start(self._serve_redials, args=(listener,), name=f"uniccl-tcp-listen{rank}")
-        try:
-            self._spread_table(timeout, isinstance(known, list))
-        except BaseException:
-            self.close()
-            raise
+        whole = isinstance(entries, list)
+        if whole:
+            self._known.set()
+        if size > 1:  # init goes on meanwhile: a rank needs a peer's entry only to dial it
+            _threads.start(self._spread_table, args=(timeout, whole), name=f"uniccl-tcp-table{rank}")
 
     def _spread_table(self, timeout: float, whole: bool) -> None:
-        """The table of the job comes down the binomial tree rooted at rank 0 (from the parent,
-        on to the children, the largest subtree first: ceil(log2 n) rounds, over links the
-        control exchanges use anyway), not from the rendezvous to every rank: that server sends
-        O(n log n) bytes, not n tables (``whole``: this rank got it there, rank 0)."""
-        self.set_timeout(timeout)
+        """(its own thread: init() does not wait for it) The table of the job comes down the
+        binomial tree rooted at rank 0 (from the parent, on to the children, the largest subtree
+        first: ceil(log2 n) rounds, over links the control exchanges use anyway), not from the
+        rendezvous to every rank: that server sends O(n log n) bytes, not n tables (``whole``:
+        this rank got it there, rank 0).  Until it is here, what needs a peer's entry beyond the
+        tree neighbours waits for it (:meth:`wait_table`)."""
         try:
             if whole:
                 data = json.dumps(self.table).encode()
             else:
                 req = self.post(tree_parent(self.rank), 0, _TABLE_TAG, None, 0)
-                self.wait(req)
+                deadline = time.monotonic() + timeout
+                while not req.done.wait(0.25):
+                    if self.closed or time.monotonic() > deadline:
+                        raise Timeout(f"rank {self.rank}: the table did not come from rank {tree_parent(self.rank)}")
+                if req.error is not None:
+                    raise req.error
                 data = req.data
                 self.table = json.loads(data)
-            self._known.set()
+                self._known.set()
             for child in reversed(tree_children(self.rank, self.size)):
                 self.send(child, 0, _TABLE_TAG, None, len(data), data)
-        finally:
-            del self._tl.timeout
+        except Exception as exc:  # the ranks that needed it say so, naming the peer they could not reach
+            if not self.closed:
+                logger.warning("rank %d: passing the job's table down the tree failed: %s", self.rank, exc)
+
+    def wait_table(self, limit: float) -> bool:
+        """Whether every rank's entry is here, waiting up to ``limit`` s for it (_spread_table)."""
+        return self._known.wait(limit)
 
     # ---------------------------------------------------------------- receiving
     def post(self, peer: int, ctx: int, tag: int, ptr, nbytes: int) -> _Recv:
@@ -358,7 +372,7 @@ class Mesh(_Sender, _Integrity, _Control, _Healer):
             return {}
         tx_b, tx_ns, rx_b, rx_ns, resent, bad, tx_timed, rx_timed = self.links[peer]
         return {
-            "peer_host": self.table[peer]["hostname"],
+            "peer_host": (self.table[peer] or {}).get("hostname", "?"),
             "sent_bytes": tx_b,
             "sent_seconds": tx_ns * 1e-9,
             "sent_timed_bytes": tx_timed,

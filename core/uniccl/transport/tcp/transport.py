@@ -486,14 +486,19 @@ class TCPTransport(Transport):
         return out
 
     def processes(self) -> list[dict]:
-        here = self.mesh.table[self.mesh.rank]["host"]
-        return [
-            {"host": t["hostname"], "pid": t["pid"], "start": t.get("start"), "local": t["host"] == here}
-            for t in (self.mesh.table[m] for m in self.members)
-        ]
+        mesh = self.mesh
+        mesh.wait_table(5.0)  # (it comes down the tree while init returns: a moment at most)
+        here = mesh.hosts[mesh.rank]
+        out = []
+        for m in self.members:
+            t = mesh.table[m] or {"hostname": "?", "pid": 0}  # (not here after all: unknown)
+            out.append(
+                {"host": t["hostname"], "pid": t["pid"], "start": t.get("start"), "local": mesh.hosts[m] == here}
+            )
+        return out
 
     def host_keys(self) -> list[str]:
-        return [self.mesh.table[m]["host"] for m in self.members]  # (every rank has the table)
+        return [self.mesh.hosts[m] for m in self.members]  # (every rank has them from the rendezvous)
 
     def node(self) -> tuple[int, int]:
         """(local rank, local size): position among this communicator's ranks on this host."""
