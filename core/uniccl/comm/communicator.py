@@ -182,12 +182,13 @@ class Communicator(CommunicatorViews):
         self._unhooked_fast = None  # the compiled path, set aside while there are hooks
         self._shrunk = self._grown = 0  # the communicators shrink() and grow() made (their names)
         self._hier = None  # (vendor group, leaders or None) of a mixed-vendor communicator
+        self._hosts = None  # the by-host sub-communicators (comm/hosts.py), where ranks span hosts
         self._telemetry = self._tracer = None  # (attach's clock alignment calls are not counted)
         self._tracer = _trace.attach(self)  # UNICCL_TRACE (None: off); the first one aligns clocks
         _fl.arm_signal_dumps()  # UNICCL_TRACE / UNICCL_DUMP_DIR: SIGTERM and Ctrl-C still leave the files
         self._telemetry = _tel.Telemetry(self.size) if _tel.enabled() else None  # UNICCL_TELEMETRY
         _metrics.serve(self)  # UNICCL_METRICS_PORT: Prometheus (a warning now if it cannot be served)
-        _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows (its thread warns if a write fails)
+        _status.watch(self)  # UNICCL_STATUS_DIR: what `uniccl top` shows (a warning now if it cannot be written)
         for var in ("UNICCL_TRACE", "UNICCL_DUMP_DIR"):
             _log.check_writable_dir(var)  # a side channel that cannot be written: a warning now, not at exit
         # (the status directory is every rank's: no probe file there, its path alone)
@@ -201,7 +202,6 @@ class Communicator(CommunicatorViews):
         ids = self._rank_native_ids
         if self.size > 2 and len(set(ids)) > 1 and any(i and ids.count(i) > 1 for i in set(ids)):
             _routes.make_hierarchy(self, ids)
-        self._hosts = None  # the by-host sub-communicators (comm/hosts.py), where ranks span hosts
         if self.size > 2 and not single_host and self._hier is None:
             self._hosts = _by_host.make(self)
             if self._hosts is not None:

@@ -160,7 +160,7 @@ def all_reduce(comm, sendbuf, recvbuf, op):
         return result
 
     plan = Plan(name, send.dtype, count, rop, -1, run, shm, send.nbytes)
-    if count and _hosts.numpy_ok(send.dtype):
+    if comm._hosts is not None and count and _hosts.numpy_ok(send.dtype):
         plan.hosts = hosts
     if rop is not ReduceOp.AVG:
         _engine(plan, result, send.ptr, recv.ptr, count, send.dtype, kop, -1)
@@ -252,7 +252,7 @@ def all_gather(comm, sendbuf, recvbuf):
         return recvbuf
 
     plan = Plan(name, send.dtype, send.count, -1, -1, run, shm, comm.size * send.nbytes)
-    if send.nbytes:
+    if comm._hosts is not None and send.nbytes:
         plan.hosts = hosts
     return _engine(plan, recvbuf, send.ptr, recv.ptr, send.nbytes, send.dtype, -1, -1)
 
@@ -301,7 +301,7 @@ def reduce_scatter(comm, sendbuf, recvbuf, op, ring_order=False):
     # the record's root field says the order (agreed: ranks asking for different orders
     # would get different bits)
     plan = Plan(name, send.dtype, count, rop, RING_ORDER if ring_order else -1, run, shm, send.nbytes)
-    if count and not ring_order and _hosts.numpy_ok(send.dtype):
+    if comm._hosts is not None and count and not ring_order and _hosts.numpy_ok(send.dtype):
         plan.hosts = hosts
     if rop is not ReduceOp.AVG:
         _engine(plan, recvbuf, send.ptr, recv.ptr, count, send.dtype, kop, -1)
