@@ -17,6 +17,8 @@
  *     finished everywhere);
  *   - a rank overwrites its published record / buffer address only after every
  *     peer consumed the chunk that published the previous one.
+ * A call whose payload fits a box (uc_box, two per rank in its control block) skips the slots:
+ * record and payload go in box g % 2 before READY, and the peers read them there.
  * A wait spins (pause), then yields, then sleeps on a futex (the signaller wakes
  * only when a sleeper registered); after CHECK_NS of waiting it checks every
  * CHECK_NS for aborted peers, dead awaited peers and the per-call timeout.
@@ -57,10 +59,12 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    4            /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes */
+    5 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
+#define BOX_BYTES 1024                                    /* see uc_box */
+#define INLINE_BYTES (BOX_BYTES - NREC * sizeof(int64_t)) /* a call's payload that fits a box */
 #define NDTYPES 12
 #define NOPS 4                      /* SUM PROD MAX MIN */
 #define CHECK_NS 10000000ULL        /* health checks: after and every 10 ms of waiting */
@@ -100,6 +104,18 @@ typedef struct {
 _Static_assert(sizeof(uc_line) == LINE,
                "a line is one LINE-sized unit: the signal's and the record's 64 bytes");
 
+/* A small call's one rendezvous (box_meet): its record and its whole payload (every byte any
+ * peer reads from this rank in that call), published together before the READY signal, read by
+ * the peers straight from here -- no slot, no second line to fetch for the record.  Two boxes
+ * used by chunk parity: a box is rewritten two calls later, when every peer is known to be past
+ * the call that read it (its READY of the call between), so a run of small calls never waits
+ * on a CONSUMED line. */
+typedef struct {
+    _Alignas(LINE) int64_t record[NREC];
+    uint8_t data[BOX_BYTES - NREC * sizeof(int64_t)];
+} uc_box;
+_Static_assert(sizeof(uc_box) == BOX_BYTES, "a box is BOX_BYTES");
+
 typedef struct {
     uc_line ready, reduced, consumed;
     uc_line hello;                      /* seq = 1 once attached (pid, start_time, base_addr valid) */
@@ -117,6 +133,7 @@ typedef struct {
     char abort_text[256];
     int32_t abort_nmissing;
     int32_t abort_missing[MAX_MISSING];
+    uc_box box[2]; /* by chunk parity; ready.with_data == 2: the record of the rendezvous is here */
 } uc_ctrl;
 
 typedef struct {
@@ -140,13 +157,19 @@ struct uc_shm {
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
     uint64_t spin_ns, yield_ns;
+    int quick_spins; /* wait_for's spins before its first clock reading */
     uc_shm_reduce_fn reduce;
     uc_shm_interrupt_fn interrupt;
     void *interrupt_ctx;
+    uc_shm_unlock_fn unlock; /* uc_shm_agreed_held: run before this call's first long wait */
+    void *unlock_ctx;
     long owner_pid; /* the process that opened it (a forked child must not act for it) */
     uint64_t timeout_ns;
     uint64_t g;            /* next chunk number */
-    uint64_t agree_g;      /* 1 + chunk of my last published record, 0 none */
+    uint64_t agree_g;      /* 1 + chunk of my last record in the ready line, 0 none */
+    uint64_t boxed_g;      /* 1 + chunk of my last record in a box, 0 none */
+    uint64_t box_g[2];     /* 1 + chunk that last wrote each box, 0 none */
+    uint64_t floor;        /* every peer's CONSUMED is known to be >= this */
     const int64_t *rec_in; /* uc_shm_agreed: this rank's record, until judged */
     int64_t *rec_out;      /* ... and where every rank's record goes */
     int arriving;          /* in the rendezvous that starts a call: a timeout there means "never came" */
@@ -155,7 +178,7 @@ struct uc_shm {
     int broken;
     int used_nt;
     const char *op;
-    uint64_t t_call;
+    uint64_t t_call; /* when the call first waited (its timeout counts from there), 0 not yet */
     uint64_t g_call; /* e->g when the call began: chunks are numbered from there in messages */
     int checksum;    /* see uc_hdr.checksum */
     uint32_t flip_ppm;
@@ -556,20 +579,42 @@ static inline int note_cpu(uc_shm *e) {
 }
 
 /* Wait until line `off` of rank `only` (or of every other rank, only < 0) reaches target.
- * Spin while the awaited rank may be running elsewhere; yield at once when it last
- * ran on this CPU (it cannot run until we step aside); after yield_ns sleep. */
-static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
+ * First a short spin that reads no clock (a small call's peers are usually that close: a
+ * clock reading costs as much as a cache line from a peer), unless ranks outnumber CPUs.  Then spin while the
+ * awaited rank may be running elsewhere; yield at once when it last ran on this CPU (it cannot run until we
+ * step aside); after yield_ns sleep.  *waited (if given): the nanoseconds waited after the short spin, 0 when
+ * it ended there. */
+#define QUICK_SPINS 16
+static int wait_for(uc_shm *e, size_t off, uint64_t target, int only, uint64_t *waited) {
     int q = next_pending(e, off, target, only, 0);
+    if (waited) *waited = 0;
     if (q < 0) return UC_SHM_OK;
+    uc_line *l = line_of(e, q, off);
+    for (int i = 0; i < e->quick_spins; i++) {
+        cpu_relax();
+        if (atomic_load_explicit(&l->seq, memory_order_acquire) >= target) {
+            q = next_pending(e, off, target, only, q + 1);
+            if (q < 0) return UC_SHM_OK;
+            l = line_of(e, q, off);
+        }
+    }
+    if (e->unlock) { /* a long wait: the caller's lock goes (once per call) */
+        e->unlock(e->unlock_ctx);
+        e->unlock = NULL;
+    }
     uint64_t start = now_ns(), next_check = start + CHECK_NS;
+    if (!e->t_call) e->t_call = start;
     int me_cpu = note_cpu(e);
     for (;;) {
-        uc_line *l = line_of(e, q, off);
+        l = line_of(e, q, off);
         int together = atomic_load_explicit(&e->ctrl[q].cpu, memory_order_relaxed) == me_cpu;
         for (int i = together ? 1 : 32; i > 0; i--) {
             if (atomic_load_explicit(&l->seq, memory_order_acquire) >= target) {
                 q = next_pending(e, off, target, only, q + 1);
-                if (q < 0) return UC_SHM_OK;
+                if (q < 0) {
+                    if (waited) *waited = now_ns() - start;
+                    return UC_SHM_OK;
+                }
                 l = line_of(e, q, off);
             }
             cpu_relax();
@@ -590,16 +635,30 @@ static int wait_for(uc_shm *e, size_t off, uint64_t target, int only) {
     }
 }
 
-#define WAIT(e, off, target, only)                                                                           \
+#define CHECKED(call)                                                                                        \
     do {                                                                                                     \
-        int rc_ = wait_for((e), (off), (target), (only));                                                    \
+        int rc_ = (call);                                                                                    \
         if (rc_) return rc_;                                                                                 \
     } while (0)
+
+#define WAIT(e, off, target, only)                                                                           \
+    do {                                                                                                     \
+        int rc_ = wait_for((e), (off), (target), (only), NULL);                                              \
+        if (rc_) return rc_;                                                                                 \
+    } while (0)
+
+/* Every peer's CONSUMED >= target: known already (e->floor), or waited for. */
+static inline int all_consumed(uc_shm *e, uint64_t target) {
+    if (target <= e->floor) return UC_SHM_OK;
+    int rc = wait_for(e, OFF_CONSUMED, target, -1, NULL);
+    if (!rc) e->floor = target;
+    return rc;
+}
 
 /* Before writing my slot for chunk g: its previous user, chunk g - 2, is done everywhere. */
 #define WAIT_SLOT(e, g)                                                                                      \
     do {                                                                                                     \
-        if ((g) >= 2) WAIT((e), OFF_CONSUMED, (g) - 1, -1);                                                  \
+        if ((g) >= 2) CHECKED(all_consumed((e), (g) - 1));                                                   \
     } while (0)
 
 /* -------------------------------------------------------------- CMA copies */
@@ -778,10 +837,11 @@ static int probe(uc_shm *e) {
 }
 
 /* ---------------------------------------------------------- call framing */
-static int begin(uc_shm *e, const char *op) {
+static int begin_held(uc_shm *e, const char *op, uc_shm_unlock_fn unlock, void *ctx) {
     int idle = 0;
     if (!atomic_compare_exchange_strong(&e->busy, &idle, 1))
-        return UC_SHM_EBUSY; /* e->err belongs to the call in progress */
+        return UC_SHM_EBUSY;                 /* e->err belongs to the call in progress */
+    e->unlock = unlock, e->unlock_ctx = ctx; /* (the first call's probe waits too) */
     e->op = op;
     e->arriving = 0;
     if (e->owner_pid != self_pid()) {
@@ -801,7 +861,7 @@ static int begin(uc_shm *e, const char *op) {
         atomic_store(&e->busy, 0);
         return UC_SHM_EBROKEN;
     }
-    e->t_call = e->timeout_ns ? now_ns() : 0;
+    e->t_call = 0; /* the first wait reads the clock (wait_for): a call that never waits reads none */
     e->g_call = e->g;
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
@@ -822,8 +882,13 @@ static int begin(uc_shm *e, const char *op) {
     return UC_SHM_OK;
 }
 
+static int begin(uc_shm *e, const char *op) {
+    return begin_held(e, op, NULL, NULL);
+}
+
 static int end(uc_shm *e, int rc) {
     nt_fence(e);
+    e->unlock = NULL;
     atomic_store_explicit(&e->busy, 0, memory_order_release);
     return rc;
 }
@@ -928,12 +993,6 @@ static inline int check_src(uc_shm *e, int q, uint64_t g, int region, const void
     return corrupt(e, q, g, region, "a region");
 }
 
-#define CHECKED(call)                                                                                        \
-    do {                                                                                                     \
-        int rc_ = (call);                                                                                    \
-        if (rc_) return rc_;                                                                                 \
-    } while (0)
-
 /* Part q of a chunk of m elements: cache-line aligned, near equal. */
 static inline void part(size_t m, int n, int q, size_t isz, size_t *lo, size_t *hi) {
     size_t align = isz >= 64 ? 1 : 64 / isz;
@@ -978,9 +1037,20 @@ static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
  * the same READY signal, so a rank that calls uc_shm_agree there (another collective, or
  * an error) meets it and both see every record.  On a difference every rank leaves at
  * generation g + 1, as after agree_impl, with nothing read from anyone's data. */
+/* Before this rank rewrites its ready line's record or with_data: every peer read the last ones. */
+static inline int line_free(uc_shm *e) {
+    return all_consumed(e, e->agree_g > e->boxed_g ? e->agree_g : e->boxed_g);
+}
+
+/* The record rank q published for the rendezvous of generation g. */
+static inline const int64_t *peer_record(uc_shm *e, int q, uint64_t g) {
+    uc_ctrl *c = &e->ctrl[q];
+    return c->ready.with_data == 2 ? c->box[g & 1].record : c->ready.record;
+}
+
 static int rec_publish(uc_shm *e) {
     if (!e->rec_in) return UC_SHM_OK;
-    if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
+    CHECKED(line_free(e));
     memcpy(e->ctrl[e->rank].ready.record, e->rec_in, NREC * sizeof(int64_t));
     e->ctrl[e->rank].ready.with_data = 1;
     e->arriving = 1;
@@ -993,7 +1063,7 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     const int64_t *mine = e->rec_in;
     int same = 1;
     for (int q = 0; q < e->size; q++) {
-        const int64_t *r = q == e->rank ? mine : e->ctrl[q].ready.record;
+        const int64_t *r = q == e->rank ? mine : peer_record(e, q, g);
         memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
         /* a peer that agreed alone moves the data in a rendezvous of its own after this one:
          * leave as after a difference, so that this rank does too (the records may be equal) */
@@ -1012,7 +1082,7 @@ static int rec_judge(uc_shm *e, uint64_t g) {
 /* The call's first rendezvous: wait until every rank's line `off` reaches target, noting how long
  * this rank waited for the last to arrive.  The last itself reads no clock: the others read theirs
  * while they wait anyway. */
-static int arrive(uc_shm *e, size_t off, uint64_t target) {
+static int arrive_counted(uc_shm *e, size_t off, uint64_t target) {
     uc_shm_arrivals *a = &e->arrivals;
     if (!e->count_arrivals) {
         WAIT(e, off, target, -1);
@@ -1024,13 +1094,20 @@ static int arrive(uc_shm *e, size_t off, uint64_t target) {
         a->hist[0]++;
         return UC_SHM_OK;
     }
-    uint64_t t0 = now_ns();
-    WAIT(e, off, target, -1);
-    uint64_t w = now_ns() - t0;
+    uint64_t w; /* 0: the short spin of wait_for, under a microsecond */
+    int rc = wait_for(e, off, target, -1, &w);
+    if (rc) return rc;
     int b = w ? 64 - __builtin_clzll(w) : 0;
     a->hist[b < UC_SHM_ARRIVAL_BUCKETS ? b : UC_SHM_ARRIVAL_BUCKETS - 1]++;
     a->wait_ns += w;
     return UC_SHM_OK;
+}
+
+static int arrive(uc_shm *e, size_t off, uint64_t target) {
+    int rc = arrive_counted(e, off, target);
+    /* a rank signals READY for a call's first chunk (target - 1) once past every earlier chunk */
+    if (!rc && target - 1 > e->floor) e->floor = target - 1;
+    return rc;
 }
 
 /* With a record: the call's first rendezvous is everyone's, at generation g.  A rank that
@@ -1042,6 +1119,46 @@ static int rec_meet(uc_shm *e, uint64_t g, int signalled) {
     if (!signalled) sig(e, OFF_READY, g + 1);
     int rc = arrive(e, OFF_READY, g + 1);
     return rc ? rc : rec_judge(e, g);
+}
+
+/* ------------------------------------------------------ small calls: the boxes
+ * A call whose every rank's payload fits a box (INLINE_BYTES: a choice made from the record's
+ * fields, so every rank of an agreeing call makes it) has one rendezvous, at generation g:
+ * each rank puts its record and payload in its box g & 1 and signals READY; after everyone
+ * arrived and the records agree it reads what it needs from the peers' boxes, then signals
+ * CONSUMED.  One signal and one box to fetch per peer, where the slots cost a slot, a
+ * record and a CONSUMED line. */
+static inline int boxed(uc_shm *e, size_t payload) {
+    return payload <= INLINE_BYTES && !e->checksum; /* checksums cover the slot copies */
+}
+
+static int box_meet(uc_shm *e, uint64_t g, const void *payload, size_t n) {
+    uc_ctrl *c = &e->ctrl[e->rank];
+    uc_box *b = &c->box[g & 1];
+    CHECKED(all_consumed(e, e->box_g[g & 1]));                       /* the box's last readers are done */
+    if (e->rec_in && c->ready.with_data != 2) CHECKED(line_free(e)); /* with_data changes */
+    if (n) memcpy(b->data, payload, n);
+    e->box_g[g & 1] = g + 1;
+    if (e->rec_in) {
+        memcpy(b->record, e->rec_in, sizeof b->record);
+        c->ready.with_data = 2;
+        e->boxed_g = g + 1;
+        e->arriving = 1;
+    }
+    sig(e, OFF_READY, g + 1);
+    int rc = arrive(e, OFF_READY, g + 1);
+    return rc ? rc : rec_judge(e, g);
+}
+
+/* Bytes [off, off + n) of rank q's payload in the rendezvous of generation g, into dst. */
+static inline void box_take(uc_shm *e, int q, uint64_t g, void *dst, size_t off, size_t n) {
+    uint64_t t0 = wall_ns(e);
+    memcpy(dst, e->ctrl[q].box[g & 1].data + off, n);
+    event(e, t0, UC_SHM_EV_COPY, q, n);
+}
+
+static inline const void *box_data(uc_shm *e, int q, uint64_t g, size_t off) {
+    return e->ctrl[q].box[g & 1].data + off;
 }
 
 /* ============================================================ reductions */
@@ -1059,6 +1176,19 @@ static int reduce_small(uc_shm *e, const void *send, void *recv, size_t count, s
             if (q != e->rank) CHECKED(check_src(e, q, g, WHOLE(e), e->src[q], count * isz));
         }
         if ((rc = fold(e, recv, e->src, count, dtype, op))) return rc;
+    }
+    sig(e, OFF_CONSUMED, g + 1);
+    return UC_SHM_OK;
+}
+
+/* Through the boxes: the folders (root, or all when root < 0) fold every box in rank order. */
+static int reduce_boxed(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root) {
+    uint64_t g = e->g++;
+    CHECKED(box_meet(e, g, send, count * ITEMSIZE[dtype]));
+    if (root < 0 || root == e->rank) {
+        for (int q = 0; q < e->size; q++)
+            e->src[q] = box_data(e, q, g, 0);
+        CHECKED(fold(e, recv, e->src, count, dtype, op));
     }
     sig(e, OFF_CONSUMED, g + 1);
     return UC_SHM_OK;
@@ -1190,7 +1320,9 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
     }
     size_t lo, hi;
     part(count, e->size, e->rank, isz, &lo, &hi);
-    if (nbytes <= e->small_bytes)
+    if (boxed(e, nbytes))
+        rc = reduce_boxed(e, send, recv, count, dtype, op, -1);
+    else if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, -1);
     else if (use_cma_reduce(e, nbytes / (size_t)e->size))
         rc = reduce_cma(e, send, recv, lo * isz, lo * isz, hi - lo, isz, dtype, op, -1);
@@ -1216,7 +1348,9 @@ static int reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, in
     }
     size_t lo, hi;
     part(count, e->size, e->rank, isz, &lo, &hi);
-    if (nbytes <= e->small_bytes)
+    if (boxed(e, nbytes))
+        rc = reduce_boxed(e, send, recv, count, dtype, op, root);
+    else if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, root);
     else if (use_cma_reduce(e, nbytes / (size_t)e->size))
         rc = reduce_cma(e, send, is_root ? recv : NULL, lo * isz, lo * isz, hi - lo, isz, dtype, op, root);
@@ -1243,6 +1377,15 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
     if (!bbytes) return UC_SHM_OK;
     if (n == 1) {
         if (!inplace) memcpy(recv, send, bbytes);
+        return UC_SHM_OK;
+    }
+    if (boxed(e, bbytes * (size_t)n)) { /* fold block me of every box */
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, send, bbytes * (size_t)n));
+        for (int q = 0; q < n; q++)
+            e->src[q] = box_data(e, q, g, (size_t)me * bbytes);
+        CHECKED(fold(e, recv, e->src, count, dtype, op));
+        sig(e, OFF_CONSUMED, g + 1);
         return UC_SHM_OK;
     }
     if (use_cma_reduce(e, bbytes))
@@ -1295,6 +1438,13 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
     if (root < 0 || root >= n) return bad(e, "root %d is not a rank of 0..%d", root, n - 1);
     if (nbytes && !buf) return bad(e, "null buffer");
     if (!nbytes || n == 1) return UC_SHM_OK;
+    if (boxed(e, nbytes)) { /* the root's buffer in its box */
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, buf, me == root ? nbytes : 0));
+        if (me != root) box_take(e, root, g, buf, 0, nbytes);
+        sig(e, OFF_CONSUMED, g + 1);
+        return UC_SHM_OK;
+    }
     CHECKED(rec_publish(e));
     if (use_cma(e, nbytes) && nbytes < e->cma_bcast_max_bytes) {
         uint64_t g = e->g++;
@@ -1348,6 +1498,15 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     int nt = bb * n >= e->nt_min_bytes;
+    if (boxed(e, bb)) {
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, send, bb));
+        if (!inplace) memcpy(mine, send, bb);
+        for (int q = 0; q < n; q++)
+            if (q != me) box_take(e, q, g, recv + (size_t)q * bb, 0, bb);
+        sig(e, OFF_CONSUMED, g + 1);
+        return UC_SHM_OK;
+    }
     CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
@@ -1399,6 +1558,14 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
     int nt = bb * n >= e->nt_min_bytes;
     copy_out(e, recv + (size_t)me * bb, send + (size_t)me * bb, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    if (boxed(e, bb * (size_t)n)) { /* block me of every box */
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, send, bb * (size_t)n));
+        for (int q = 0; q < n; q++)
+            if (q != me) box_take(e, q, g, recv + (size_t)q * bb, (size_t)me * bb, bb);
+        sig(e, OFF_CONSUMED, g + 1);
+        return UC_SHM_OK;
+    }
     CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
@@ -1462,6 +1629,15 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
     int nt = bb * n >= e->nt_min_bytes;
     if (is_root && !inplace) copy_out(e, recv + (size_t)me * bb, send, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    if (boxed(e, bb)) {
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, send, is_root ? 0 : bb));
+        if (is_root)
+            for (int q = 0; q < n; q++)
+                if (q != me) box_take(e, q, g, recv + (size_t)q * bb, 0, bb);
+        sig(e, OFF_CONSUMED, g + 1);
+        return UC_SHM_OK;
+    }
     CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
@@ -1518,6 +1694,13 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
     int nt = bb >= e->nt_min_bytes;
     if (is_root && !inplace) copy_out(e, recv, send + (size_t)me * bb, bb, nt);
     if (n == 1) return UC_SHM_OK;
+    if (boxed(e, bb * (size_t)n)) { /* the root's whole sendbuf in its box */
+        uint64_t g = e->g++;
+        CHECKED(box_meet(e, g, send, is_root ? bb * (size_t)n : 0));
+        if (!is_root) box_take(e, root, g, recv, (size_t)me * bb, bb);
+        sig(e, OFF_CONSUMED, g + 1);
+        return UC_SHM_OK;
+    }
     CHECKED(rec_publish(e));
     if (use_cma(e, bb)) {
         uint64_t g = e->g++;
@@ -1579,14 +1762,14 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
         return UC_SHM_OK;
     }
     uint64_t g = e->g++;
-    if (e->agree_g) WAIT(e, OFF_CONSUMED, e->agree_g, -1); /* everyone read my previous record */
+    CHECKED(line_free(e)); /* everyone read my previous record */
     memcpy(e->ctrl[me].ready.record, record, NREC * sizeof(int64_t));
     e->ctrl[me].ready.with_data = 0;
     sig(e, OFF_READY, g + 1);
     int rc = arrive(e, OFF_READY, g + 1);
     if (rc) return rc;
     for (int q = 0; q < n; q++)
-        if (q != me) memcpy(out + (size_t)q * NREC, e->ctrl[q].ready.record, NREC * sizeof(int64_t));
+        if (q != me) memcpy(out + (size_t)q * NREC, peer_record(e, q, g), NREC * sizeof(int64_t));
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
     sig(e, OFF_CONSUMED, g + 1);
     e->agree_g = g + 1;
@@ -1670,8 +1853,13 @@ static const char *const COLL_NAMES[] = {"barrier",        "all_reduce", "reduce
 
 int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
                   size_t n, int dtype, int op, int root) {
+    return uc_shm_agreed_held(e, record, out, coll, send, recv, n, dtype, op, root, NULL, NULL);
+}
+
+int uc_shm_agreed_held(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
+                       size_t n, int dtype, int op, int root, uc_shm_unlock_fn unlock, void *ctx) {
     int known = coll >= 0 && coll <= UC_SHM_COLL_SCATTER;
-    int rc = begin(e, known ? COLL_NAMES[coll] : "agreed");
+    int rc = begin_held(e, known ? COLL_NAMES[coll] : "agreed", unlock, ctx);
     if (rc) return rc;
     if (!record || !known) /* no record: the collective alone (its callers agreed already) */
         return end(e, dispatch(e, coll, send, recv, n, dtype, op, root));
@@ -1909,6 +2097,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->spin_ns = t.spin_ns ? t.spin_ns : over ? 2000 : 20000;
     e->yield_ns = t.yield_ns ? t.yield_ns : over ? 200000 : 1000000;
     if (e->yield_ns < e->spin_ns) e->yield_ns = e->spin_ns;
+    e->quick_spins = over ? 0 : QUICK_SPINS; /* more ranks than CPUs: a peer may need this CPU */
 
     uc_ctrl *c = &e->ctrl[rank];
     int64_t other = atomic_load_explicit(&c->pid, memory_order_acquire);

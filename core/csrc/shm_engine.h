@@ -187,6 +187,13 @@ enum {
  * agreed already). */
 int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
                   size_t n, int dtype, int op, int root);
+/* uc_shm_agreed by a caller that holds a lock other threads may want (Python's GIL): the call
+ * runs unlock(ctx) the first time it has to wait longer than a short spin, once (never if
+ * it does not).  A small call usually completes within the spin, saving the lock's release
+ * and reacquisition. */
+typedef void (*uc_shm_unlock_fn)(void *ctx);
+int uc_shm_agreed_held(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
+                       size_t n, int dtype, int op, int root, uc_shm_unlock_fn unlock, void *ctx);
 /* count: elements per rank block; recv may be block `rank` of send.  op | UC_SHM_RING_ORDER:
  * block b is folded as gloo's ring adds it, ((x[b-1] + x[b-2]) + ...) + x[b] (ranks mod n). */
 #define UC_SHM_RING_ORDER 0x100

@@ -158,6 +158,23 @@ CASES = {
         uniccl.InvalidUsage,
         "same",
     ),
+    # shared memory: a call small enough for the engine's boxes against one through its slots
+    "mismatched_count_box_and_slots": (
+        lambda c, bad: c.all_reduce(f32(4096 if bad else 8)),
+        uniccl.InvalidUsage,
+        "same",
+    ),
+    # AVG agrees before its data (a rendezvous of its own) against a call whose record rides on its data
+    "mismatched_op_agreed_alone": (
+        lambda c, bad: c.all_reduce(f32(8), op="avg" if bad else "sum"),
+        uniccl.InvalidUsage,
+        "same",
+    ),
+    "mismatched_collective_box_and_slots": (
+        lambda c, bad: c.broadcast(f32(8), root=0) if bad else c.all_gather(f32(1024), f32(1024 * c.size)),
+        uniccl.InvalidUsage,
+        "same",
+    ),
     # one rank's messages four times longer than the others expect (MPI: would truncate)
     "mismatched_count_large": (
         lambda c, bad: c.all_reduce(f32(1 << 20 if bad else 1 << 18)),

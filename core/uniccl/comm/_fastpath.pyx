@@ -59,6 +59,8 @@ from uniccl.transport import record as _record
 
 cnp.import_array()
 
+_GROUP_VARS = vars(_group)  # group._open read as a dict item: cheaper than a module attribute
+
 cdef extern from "pythread.h":
     ctypedef enum PyLockStatus:
         PY_LOCK_FAILURE
@@ -233,6 +235,11 @@ cdef class CallState:
     cdef public bint destroyed
     cdef public bint revoked  # every call raises Revoked (Communicator.revoke, here or on a peer)
     cdef public bint hooked  # the communicator has hooks (Communicator.add_hook): the general path
+    # what else sends a call down the general path, kept here so that the compiled path's
+    # readiness check reads C fields, not a Python attribute each (Communicator keeps them)
+    cdef public bint traced  # UNICCL_TRACE: a tracer is attached
+    cdef public bint timeout_stale  # comm.timeout differs from what the transports were told
+    cdef public int pending  # async calls queued or running on the executor
 
 
 cdef class CallLock:
@@ -424,12 +431,9 @@ cdef class FastPath:
 
     cdef bint _ready(self, object comm):
         """The communicator is in the state the general path took its route in."""
-        if (self.state.destroyed or self.state.revoked or self.state.hooked or comm._tracer is not None
-                or _fork_generation != self.fork_generation):
-            return False
-        if _group._open or self.executor._queue or self.executor._busy:
-            return False
-        return comm.timeout == comm._timeout_set
+        cdef CallState st = self.state
+        return not (st.destroyed or st.revoked or st.hooked or st.traced or st.timeout_stale or st.pending
+                    or _fork_generation != self.fork_generation or _GROUP_VARS["_open"])
 
     # ------------------------------------------------------------------ all_reduce
     def learn_all_reduce(self, sendbuf, recvbuf, op):

@@ -73,7 +73,6 @@ class Communicator(CommunicatorViews):
     """
 
     # set in _setup
-    _timeout_set: float | None  # what the transports were last told
     _native_comm: int | None  # the vendor library's communicator
     _hier: tuple[Communicator, Communicator | None] | None  # (vendor group, leaders or None)
     _hosts: _by_host.Hosts | None  # (this host's ranks, the hosts' leaders or None)
@@ -91,6 +90,36 @@ class Communicator(CommunicatorViews):
     _seq = property(lambda self: self._state.seq, lambda self, v: setattr(self._state, "seq", v))
     _in_data = property(lambda self: self._state.in_data, lambda self, v: setattr(self._state, "in_data", v))
     _destroyed = property(lambda self: self._state.destroyed, lambda self, v: setattr(self._state, "destroyed", v))
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each call may wait for its peers (settable; 0: no limit)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._timeout = value
+        self._state.timeout_stale = value != self.__dict__.get("_told")
+
+    @property
+    def _timeout_set(self) -> float | None:
+        """The timeout the transports were last told (None: not yet)."""
+        return self._told
+
+    @_timeout_set.setter
+    def _timeout_set(self, value: float | None) -> None:
+        self._told = value
+        self._state.timeout_stale = self._timeout != value
+
+    @property
+    def _tracer(self):
+        """UNICCL_TRACE's tracer (None: off)."""
+        return self.__dict__.get("_tracer_on")
+
+    @_tracer.setter
+    def _tracer(self, value) -> None:
+        self._tracer_on = value
+        self._state.traced = value is not None
 
     def __init__(self, uid, rank: int, size: int, *, platform: str | None = None, timeout: float | None = None):
         from ..transport.factory import transport_from_unique_id
@@ -150,7 +179,7 @@ class Communicator(CommunicatorViews):
         self._native_id = 0
         _routes.init_native(self)
         self._staging = threading.local()
-        self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}")
+        self._executor = SerialExecutor(f"uniccl-comm-r{self.rank}", self._state)
         self._lock = CallLock()  # reentrant (threading.RLock's semantics)
         self._tag_span = min(self._t.tag_ub, 1 << 20) - 1
         self._hdr = np.zeros(HEADER_WORDS, np.int64)

@@ -52,8 +52,9 @@ class Work:
 
 
 class SerialExecutor:
-    def __init__(self, name: str):
+    def __init__(self, name: str, state=None):
         self._name = name
+        self._state = state  # the communicator's CallState: its ``pending`` counts what is here
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._busy = False
@@ -66,6 +67,8 @@ class SerialExecutor:
                 self._thread = _threads.thread(self._loop, name=self._name)
                 self._thread.start()
             self._queue.append((fn, work))
+            if self._state is not None:
+                self._state.pending += 1
             self._cond.notify_all()
         return work
 
@@ -97,6 +100,8 @@ class SerialExecutor:
 
         with self._cond:
             pending, self._queue = list(self._queue), collections.deque()
+            if self._state is not None:
+                self._state.pending -= len(pending)
             self._closed = True
             self._cond.notify_all()
         for _, work in pending:
@@ -117,4 +122,6 @@ class SerialExecutor:
                 work._finish(error=exc)
             with self._cond:
                 self._busy = False
+                if self._state is not None:
+                    self._state.pending -= 1
                 self._cond.notify_all()

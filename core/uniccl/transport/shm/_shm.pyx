@@ -24,6 +24,7 @@ creator's values hold for every rank),
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.exc cimport PyErr_Occurred
+from cpython.pystate cimport PyThreadState
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp
@@ -117,6 +118,9 @@ cdef extern from "shm_engine.h" nogil:
     enum: UC_SHM_COLL_SCATTER
     int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
                       size_t n, int dtype, int op, int root)
+    ctypedef void (*uc_shm_unlock_fn)(void *ctx) noexcept nogil
+    int uc_shm_agreed_held(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send,
+                           void *recv, size_t n, int dtype, int op, int root, uc_shm_unlock_fn unlock, void *ctx)
     int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
     int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root)
     int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root)
@@ -214,6 +218,23 @@ def _close_all():
 
 def _cma_env_allowed() -> bool:
     return os.environ.get("UNICCL_SHM_CMA", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+cdef extern from "Python.h":
+    PyThreadState *PyEval_SaveThread() nogil
+    void PyEval_RestoreThread(PyThreadState *) nogil
+
+
+cdef void _release_gil(void *ctx) noexcept nogil:
+    """uc_shm_agreed_held's unlock: called (holding the GIL) when a call must wait longer than its
+    short spin; the caller takes the GIL back from the thread state left in ``ctx``."""
+    (<PyThreadState **>ctx)[0] = PyEval_SaveThread()
+
+
+# A call that may copy this much or less (its count x 8 bytes x ranks bounds every collective's
+# copies) keeps the GIL until it has to wait: most such calls never do, and releasing the GIL and
+# taking it back costs as much as the engine's whole 8-byte call.  Larger calls release it first.
+cdef size_t _HOLD_GIL_BYTES = 65536
 
 
 cdef int _interrupted(void *ctx) noexcept nogil:
@@ -501,10 +522,17 @@ cdef class ShmEngine:
         ``size`` x that): 1 done, 0 the records differ (nothing moved)."""
         cdef uc_shm *e = self._live("agreed_call")
         cdef int rc
+        cdef PyThreadState *released = NULL
         self._users += 1  # the engine outlives every thread inside it (see close)
         try:
-            with nogil:
-                rc = uc_shm_agreed(e, rec, res, coll, <const void *>send, <void *>recv, n, dtype, op, root)
+            if n <= _HOLD_GIL_BYTES // 8 // <size_t>self.size:
+                rc = uc_shm_agreed_held(e, rec, res, coll, <const void *>send, <void *>recv, n, dtype, op, root,
+                                        _release_gil, &released)
+                if released != NULL:
+                    PyEval_RestoreThread(released)
+            else:
+                with nogil:
+                    rc = uc_shm_agreed(e, rec, res, coll, <const void *>send, <void *>recv, n, dtype, op, root)
             if rc == UC_SHM_EMISMATCH:
                 return 0
             if rc:
