@@ -170,7 +170,7 @@ def test_ctrl_c_interrupts_a_wait(prefix):
 
 def _two_ranks(name, slot=4096 * 8):
     """Both ranks of a 2-rank segment in this process (drive them from two threads:
-    every call releases the GIL)."""
+    a call that has to wait releases the GIL)."""
     import uniccl_cpu
 
     from uniccl.transport.shm._shm import ShmEngine

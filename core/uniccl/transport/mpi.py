@@ -133,6 +133,14 @@ class MPITransport(Transport):
         self.ulfm = ulfm()[0]
         self.notices = mpi_comm.Dup() if self.ulfm else MPI.COMM_NULL  # why a rank gave up
         self.can_abort = self.can_shrink = self.ulfm
+        # Open MPI 5 writes a whole message of 4 KiB or more into a shorter receive buffer (it
+        # reports the truncation, after overrunning the buffer: the heap corrupted), as a
+        # mismatched call or a user's too-short recv would meet.  There no receive of a call's
+        # data is posted before every rank's record matched, and a user's receive is posted only
+        # once its message is known to fit (_Probed).  MPICH truncates safely: receives are posted
+        # at once there.
+        self._settle_first = library()["name"] != "MPICH"
+        self._probed: list[_Probed] = []  # user receives not posted yet (Open MPI)
         self._told: list = []  # (request, bytes) of the notices this rank sent: never waited for
         self._verdict: UnicclError | None = None  # why this communicator ended (ULFM)
         for c in (self.data, self.p2p, self.ctrl, self.agree, self.notices):
@@ -171,7 +179,7 @@ class MPITransport(Transport):
         (where this host can tell) instead of a hang."""
         MPI = self.MPI
         try:
-            if not self._timeout and not self.ulfm:
+            if not self._timeout and not self.ulfm and not self._probed:
                 reqs[0].Wait() if len(reqs) == 1 else MPI.Request.Waitall(reqs)
                 return
             self._poll(reqs, peer)
@@ -185,6 +193,8 @@ class MPITransport(Transport):
         # one request: its own Test, whose error is the request's (a truncation is ERR_TRUNCATE,
         # as from Wait; Testall would say ERR_IN_STATUS)
         test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
+        if self._probed:  # what this rank waits for may need a receive it has not posted yet
+            test = functools.partial(self._posting, test)
         if test():
             return
         deadline = time.monotonic() + self._timeout if self._timeout else None
@@ -203,6 +213,15 @@ class MPITransport(Transport):
                 )
             # past a short spin, let the peer have the core (an oversubscribed host needs it)
             os.sched_yield()
+
+    def _post_probed(self) -> None:
+        """Post the user's receives whose messages have come (in posting order)."""
+        for probed in list(self._probed):
+            probed.post()
+
+    def _posting(self, test) -> bool:
+        self._post_probed()
+        return test()
 
     def _stopped(self) -> list:
         """Ranks of this host whose process is stopped (state T in /proc: SIGSTOP, a debugger)."""
@@ -392,7 +411,13 @@ class MPITransport(Transport):
             raise self._failure(exc, peer) from None
 
     def irecv(self, ptr: int, nbytes: int, peer: int, tag: int, comm=None):
+        if self._settle_first and comm is None and self._unsettled:
+            self._settle()  # (raises where the records differ: nothing posted)
         buf = self._frombuf(ptr, nbytes)
+        if self._settle_first and comm is self.p2p:
+            probed = _Probed(self, buf, nbytes, peer, tag)
+            self._probed.append(probed)
+            return probed
         try:
             req = (comm or self.data).Irecv([buf, self.MPI.BYTE], peer, tag)
         except self.MPI.Exception as exc:
@@ -416,7 +441,7 @@ class MPITransport(Transport):
         """Wait for a user send/recv; a message longer than the receive buffer is a typed error."""
         try:
             try:
-                self._poll([req], peer) if self._timeout or self.ulfm else req.Wait()
+                self._poll([req], peer) if self._timeout or self.ulfm or self._probed else req.Wait()
             except self.MPI.Exception as exc:
                 raise self._failure(exc, peer) from None
         except self.MPI.Exception as exc:
@@ -551,3 +576,41 @@ class MPITransport(Transport):
         for c in (self.data, self.p2p, self.ctrl, self.agree, self.notices):
             if c != self.MPI.COMM_NULL:
                 c.Free()
+
+
+class _Probed:
+    """A user's receive on Open MPI (see MPITransport.__init__): its message is matched by a
+    probe first and received only if it fits; a longer one is received into a buffer of its own
+    and dropped, and the receive fails as MPI's truncation would (ERR_TRUNCATE).  Every wait of
+    the transport posts the receives whose messages have come, as MPI's progress would."""
+
+    def __init__(self, t: MPITransport, buf, nbytes: int, peer: int, tag: int):
+        self._t, self._buf, self._nbytes, self._peer, self._tag = t, buf, nbytes, peer, tag
+        self._req = None  # the posted receive
+        self._error = None
+
+    def post(self) -> None:
+        """Post the receive if its message has come (a no-op once posted)."""
+        if self._req is not None or self._error is not None:
+            return
+        MPI = self._t.MPI
+        status = MPI.Status()
+        message = self._t.p2p.Improbe(self._peer, self._tag, status)
+        if message is None:
+            return
+        self._t._probed.remove(self)
+        if status.Get_count(MPI.BYTE) > self._nbytes:
+            message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+            self._error = MPI.Exception(MPI.ERR_TRUNCATE)
+        else:
+            self._req = message.Irecv([self._buf, MPI.BYTE])
+
+    def Test(self) -> bool:
+        self._t._post_probed()
+        if self._error is not None:
+            raise self._error
+        return self._req is not None and self._req.Test()
+
+    def Wait(self) -> None:
+        while not self.Test():
+            os.sched_yield()

@@ -24,6 +24,7 @@ cdef class ShmEngine:
     cdef int agree_records(self, const int64_t *rec, int64_t *res) except -1
     cdef int agreed(self, const int64_t *rec, int64_t *res, int coll, uintptr_t send, uintptr_t recv, size_t n,
                     int dtype, int op, int root) except -1
+    cdef _alone(self, int coll, str op, send, recv, n, str n_name, dtype, rop, root, str recv_name=*)
     cdef _records(self, header, out, str op)
     cdef uc_shm *_live(self, str op) except NULL
     cdef int _bad(self, str op, str message, str argument) except -1

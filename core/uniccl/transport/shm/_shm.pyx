@@ -27,7 +27,6 @@ from cpython.exc cimport PyErr_Occurred
 from cpython.pystate cimport PyThreadState
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcmp
 
 import atexit
 import os
@@ -111,23 +110,21 @@ cdef extern from "shm_engine.h" nogil:
     int uc_shm_trace(uc_shm *e, size_t capacity)
     size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dropped)
     size_t uc_shm_event_count(const uc_shm *e)
-    int uc_shm_agree(uc_shm *e, const int64_t *record, int64_t *out)
     int uc_shm_barrier(uc_shm *e)
-    int uc_shm_all_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
     enum: UC_SHM_COLL_BARRIER
+    enum: UC_SHM_COLL_ALL_REDUCE
+    enum: UC_SHM_COLL_REDUCE
+    enum: UC_SHM_COLL_BROADCAST
+    enum: UC_SHM_COLL_ALL_GATHER
+    enum: UC_SHM_COLL_REDUCE_SCATTER
+    enum: UC_SHM_COLL_ALL_TO_ALL
+    enum: UC_SHM_COLL_GATHER
     enum: UC_SHM_COLL_SCATTER
     int uc_shm_agreed(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send, void *recv,
                       size_t n, int dtype, int op, int root)
     ctypedef void (*uc_shm_unlock_fn)(void *ctx) noexcept nogil
     int uc_shm_agreed_held(uc_shm *e, const int64_t *record, int64_t *out, int coll, const void *send,
                            void *recv, size_t n, int dtype, int op, int root, uc_shm_unlock_fn unlock, void *ctx)
-    int uc_shm_reduce_scatter(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op)
-    int uc_shm_reduce(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op, int root)
-    int uc_shm_broadcast(uc_shm *e, void *buf, size_t nbytes, int root)
-    int uc_shm_all_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes)
-    int uc_shm_all_to_all(uc_shm *e, const void *send, void *recv, size_t block_bytes)
-    int uc_shm_gather(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
-    int uc_shm_scatter(uc_shm *e, const void *send, void *recv, size_t block_bytes, int root)
 
 _EVENT_KINDS = ("read", "write", "copy", "reduce")  # shm_engine.h UC_SHM_EV_*
 
@@ -470,22 +467,7 @@ cdef class ShmEngine:
 
     cdef int agree_records(self, const int64_t *rec, int64_t *res) except -1:
         """:meth:`agree` on checked records: 1 when every rank's equals ``rec``, else 0."""
-        cdef uc_shm *e = self._live("agree")
-        cdef int rc, same = 1, q, n = self.size
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_agree(e, rec, res)
-                if rc == 0:
-                    for q in range(n):
-                        if memcmp(res + UC_SHM_RECORD_WORDS * q, rec, UC_SHM_RECORD_WORDS * sizeof(int64_t)) != 0:
-                            same = 0
-                            break
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
-        return same
+        return self.agreed(rec, res, UC_SHM_COLL_BARRIER, 0, 0, 0, 0, 0, 0)
 
     def barrier(self):
         cdef uc_shm *e = self._live("barrier")
@@ -541,132 +523,44 @@ cdef class ShmEngine:
             self._users -= 1
         return 1
 
+    # The collectives alone (their callers agreed already): each is uc_shm_agreed with no record.
     def all_reduce(self, send, recv, count, dtype, op):
         """``recv = op over ranks of send`` for ``count`` elements; recv may be send."""
-        cdef uc_shm *e = self._live("all_reduce")
-        cdef uintptr_t s = self._ptr(send, "all_reduce", "send"), r = self._ptr(recv, "all_reduce", "recv")
-        cdef size_t c = self._count(count, "all_reduce", "count")
-        cdef int dt = self._code(dtype, "all_reduce", "dtype"), o = self._code(op, "all_reduce", "op")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_all_reduce(e, <const void *>s, <void *>r, c, dt, o)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_ALL_REDUCE, "all_reduce", send, recv, count, "count", dtype, op, 0)
 
     def reduce_scatter(self, send, recv, count, dtype, op):
         """Block i (``count`` elements) of every rank's send, reduced, lands in rank i's
         recv; recv may be block ``rank`` of send."""
-        cdef uc_shm *e = self._live("reduce_scatter")
-        cdef uintptr_t s = self._ptr(send, "reduce_scatter", "send")
-        cdef uintptr_t r = self._ptr(recv, "reduce_scatter", "recv")
-        cdef size_t c = self._count(count, "reduce_scatter", "count")
-        cdef int dt = self._code(dtype, "reduce_scatter", "dtype"), o = self._code(op, "reduce_scatter", "op")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_reduce_scatter(e, <const void *>s, <void *>r, c, dt, o)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_REDUCE_SCATTER, "reduce_scatter", send, recv, count, "count", dtype, op, 0)
 
     def reduce(self, send, recv, count, dtype, op, root):
         """Reduce into ``root``'s recv (ignored elsewhere; may be send at the root)."""
-        cdef uc_shm *e = self._live("reduce")
-        cdef uintptr_t s = self._ptr(send, "reduce", "send"), r = self._ptr(recv, "reduce", "recv")
-        cdef size_t c = self._count(count, "reduce", "count")
-        cdef int dt = self._code(dtype, "reduce", "dtype"), o = self._code(op, "reduce", "op")
-        cdef int rt = self._code(root, "reduce", "root")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_reduce(e, <const void *>s, <void *>r, c, dt, o, rt)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_REDUCE, "reduce", send, recv, count, "count", dtype, op, root)
 
     def broadcast(self, ptr, nbytes, root):
-        cdef uc_shm *e = self._live("broadcast")
-        cdef uintptr_t p = self._ptr(ptr, "broadcast", "ptr")
-        cdef size_t n = self._count(nbytes, "broadcast", "nbytes")
-        cdef int rt = self._code(root, "broadcast", "root")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_broadcast(e, <void *>p, n, rt)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_BROADCAST, "broadcast", 0, ptr, nbytes, "nbytes", 0, 0, root, "ptr")
 
     def all_gather(self, send, recv, block_bytes):
         """recv[i*block_bytes:(i+1)*block_bytes] = rank i's send; send may be block
         ``rank`` of recv."""
-        cdef uc_shm *e = self._live("all_gather")
-        cdef uintptr_t s = self._ptr(send, "all_gather", "send"), r = self._ptr(recv, "all_gather", "recv")
-        cdef size_t b = self._count(block_bytes, "all_gather", "block_bytes")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_all_gather(e, <const void *>s, <void *>r, b)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_ALL_GATHER, "all_gather", send, recv, block_bytes, "block_bytes", 0, 0, 0)
 
     def all_to_all(self, send, recv, block_bytes):
         """Block i of send goes to rank i; block j of recv comes from rank j (no overlap)."""
-        cdef uc_shm *e = self._live("all_to_all")
-        cdef uintptr_t s = self._ptr(send, "all_to_all", "send"), r = self._ptr(recv, "all_to_all", "recv")
-        cdef size_t b = self._count(block_bytes, "all_to_all", "block_bytes")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_all_to_all(e, <const void *>s, <void *>r, b)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_ALL_TO_ALL, "all_to_all", send, recv, block_bytes, "block_bytes", 0, 0, 0)
 
     def gather(self, send, recv, block_bytes, root):
-        cdef uc_shm *e = self._live("gather")
-        cdef uintptr_t s = self._ptr(send, "gather", "send"), r = self._ptr(recv, "gather", "recv")
-        cdef size_t b = self._count(block_bytes, "gather", "block_bytes")
-        cdef int rt = self._code(root, "gather", "root")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_gather(e, <const void *>s, <void *>r, b, rt)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_GATHER, "gather", send, recv, block_bytes, "block_bytes", 0, 0, root)
 
     def scatter(self, send, recv, block_bytes, root):
-        cdef uc_shm *e = self._live("scatter")
-        cdef uintptr_t s = self._ptr(send, "scatter", "send"), r = self._ptr(recv, "scatter", "recv")
-        cdef size_t b = self._count(block_bytes, "scatter", "block_bytes")
-        cdef int rt = self._code(root, "scatter", "root")
-        cdef int rc
-        self._users += 1  # the engine outlives every thread inside it (see close)
-        try:
-            with nogil:
-                rc = uc_shm_scatter(e, <const void *>s, <void *>r, b, rt)
-            if rc:
-                self._raise(rc)
-        finally:
-            self._users -= 1
+        self._alone(UC_SHM_COLL_SCATTER, "scatter", send, recv, block_bytes, "block_bytes", 0, 0, root)
+
+    cdef _alone(self, int coll, str op, send, recv, n, str n_name, dtype, rop, root, str recv_name="recv"):
+        self._live(op)
+        cdef uintptr_t s = self._ptr(send, op, "send"), r = self._ptr(recv, op, recv_name)
+        cdef size_t k = self._count(n, op, n_name)
+        self.agreed(NULL, NULL, coll, s, r, k, self._code(dtype, op, "dtype"), self._code(rop, op, "op"),
+                    self._code(root, op, "root"))
 
     # ---------------------------------------------------------------- helpers
     cdef uc_shm *_live(self, str op) except NULL:
