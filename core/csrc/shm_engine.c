@@ -273,6 +273,29 @@ static void wake_all_mine(uc_shm *e) {
         syscall(SYS_futex, futex_word(line_of(e, e->rank, offs[i])), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+#if defined(UC_X86)
+/* 64 bytes a step through SSE2 registers, with streaming (non-temporal) or plain stores. */
+static void copy_vec(char *d, const char *s, size_t n, int stream) {
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)),
+                f = _mm_loadu_si128((const __m128i *)(s + 48));
+        if (stream) {
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), f);
+        } else {
+            _mm_storeu_si128((__m128i *)d, a);
+            _mm_storeu_si128((__m128i *)(d + 16), b);
+            _mm_storeu_si128((__m128i *)(d + 32), c);
+            _mm_storeu_si128((__m128i *)(d + 48), f);
+        }
+    }
+    memcpy(d, s, n);
+}
+#endif
+
 /* Non-temporal copy for outputs that will not fit in cache: no read-for-ownership
  * of the destination, so DRAM sees one write instead of a read and a write. */
 static void copy_nt(void *dst, const void *src, size_t n) {
@@ -282,17 +305,7 @@ static void copy_nt(void *dst, const void *src, size_t n) {
     size_t head = (size_t)(-(uintptr_t)d) & 15;
     if (head > n) head = n;
     memcpy(d, s, head);
-    d += head, s += head, n -= head;
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)),
-                f = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), f);
-    }
-    memcpy(d, s, n);
+    copy_vec(d + head, s + head, n - head, 1);
 #else
     memcpy(dst, src, n);
 #endif
@@ -306,18 +319,7 @@ static void copy_mem(void *dst, const void *src, size_t n) {
 #if defined(UC_X86)
     size_t ahead = ((uintptr_t)dst - (uintptr_t)src) & 4095;
     if (n >= 2048 && ahead && ahead < 64) {
-        char *d = dst;
-        const char *s = src;
-        for (; n >= 64; n -= 64, d += 64, s += 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)),
-                    f = _mm_loadu_si128((const __m128i *)(s + 48));
-            _mm_storeu_si128((__m128i *)d, a);
-            _mm_storeu_si128((__m128i *)(d + 16), b);
-            _mm_storeu_si128((__m128i *)(d + 32), c);
-            _mm_storeu_si128((__m128i *)(d + 48), f);
-        }
-        memcpy(d, s, n);
+        copy_vec(dst, src, n, 0);
         return;
     }
 #endif

@@ -141,6 +141,7 @@ class MPITransport(Transport):
         # at once there.
         self._settle_first = library()["name"] != "MPICH"
         self._probed: list[_Probed] = []  # user receives not posted yet (Open MPI)
+        self._probe_status = MPI.Status()
         self._told: list = []  # (request, bytes) of the notices this rank sent: never waited for
         self._verdict: UnicclError | None = None  # why this communicator ended (ULFM)
         for c in (self.data, self.p2p, self.ctrl, self.agree, self.notices):
@@ -193,8 +194,8 @@ class MPITransport(Transport):
         # one request: its own Test, whose error is the request's (a truncation is ERR_TRUNCATE,
         # as from Wait; Testall would say ERR_IN_STATUS)
         test = reqs[0].Test if len(reqs) == 1 else functools.partial(MPI.Request.Testall, reqs)
-        if self._probed:  # what this rank waits for may need a receive it has not posted yet
-            test = functools.partial(self._posting, test)
+        if self._probed and not isinstance(reqs[0], _Probed):  # (whose Test posts them itself)
+            test = functools.partial(self._posting, test)  # it may wait for a receive not posted yet
         if test():
             return
         deadline = time.monotonic() + self._timeout if self._timeout else None
@@ -593,14 +594,14 @@ class _Probed:
         """Post the receive if its message has come (a no-op once posted)."""
         if self._req is not None or self._error is not None:
             return
-        MPI = self._t.MPI
-        status = MPI.Status()
+        MPI, status = self._t.MPI, self._t._probe_status
         message = self._t.p2p.Improbe(self._peer, self._tag, status)
         if message is None:
             return
         self._t._probed.remove(self)
-        if status.Get_count(MPI.BYTE) > self._nbytes:
-            message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+        nbytes = status.Get_count(MPI.BYTE)
+        if nbytes > self._nbytes:
+            message.Recv([bytearray(nbytes), MPI.BYTE])
             self._error = MPI.Exception(MPI.ERR_TRUNCATE)
         else:
             self._req = message.Irecv([self._buf, MPI.BYTE])
