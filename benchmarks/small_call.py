@@ -1,7 +1,8 @@
 """Per-call time of an 8-byte all_reduce on the default path (``uniccl run``: shared memory),
 for A/B checks of the call path between two builds, beside the shared-memory engine's own
-call on the same buffer in the same processes (the floor the API's overhead is measured over),
-and a persistent all_reduce (``comm.all_reduce_init``: ``start()`` then ``wait()``) where the
+Python method on the same buffer in the same processes (what the API's overhead is measured
+over; since 2026-12-05 the compiled API is the cheaper of the two: the method parses Python
+arguments the compiled path has already checked), and a persistent all_reduce (``comm.all_reduce_init``: ``start()`` then ``wait()``) where the
 build has one.
 
     uniccl run -n 2 python benchmarks/small_call.py
