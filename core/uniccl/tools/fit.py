@@ -1,8 +1,8 @@
 """``uniccl bench --fit-model FILE``: measure the tuner's constants on this cluster.
 
 alpha (seconds per message) and beta (seconds per byte) of the point-to-point path between
-ranks 0 and 1: a ping-pong of ``comm.send``/``comm.recv`` at each size of the sweep, half a
-round trip each, fitted to t(m) = alpha + m * beta by least squares on relative error.  gamma (seconds per byte
+ranks 0 and 1: a ping-pong of ``comm.send``/``comm.recv`` over the sizes of the sweep, half the median
+round trip of each, fitted to t(m) = alpha + m * beta by least squares on relative error.  gamma (seconds per byte
 reduced): a float32 sum of two 16 MiB arrays on rank 0, as the host reductions run.  The file
 is what :func:`uniccl.comm.costmodel.write_table` writes and ``UNICCL_TUNER_TABLE`` reads.
 Start ranks 0 and 1 on two hosts for the network's figures (on one host they are the
@@ -21,23 +21,30 @@ from ..comm import costmodel
 _GAMMA_BYTES = 16 << 20
 
 
-def ping_pong(comm, nbytes: int, iters: int, warmup: int) -> float | None:
-    """Seconds of one message of ``nbytes`` between ranks 0 and 1 (None on the other ranks)."""
-    buf = np.zeros(nbytes, np.uint8)
+def ping_pong(comm, sizes: list[int], iters: int, warmup: int) -> dict[int, float]:
+    """Seconds of one message of each size between ranks 0 and 1 (empty on the other ranks).
+
+    The sizes take turns, one round trip each per round, and each size's figure is half its
+    median round trip: a rank preempted on a shared host (milliseconds) or a slow spell of the
+    machine then lands on every size alike, or on none, instead of on one size's whole sample."""
+    bufs = [np.zeros(n, np.uint8) for n in sizes]
     comm.barrier()
     if comm.rank > 1:
-        return None
-    peer, t0 = 1 - comm.rank, 0.0
+        return {}
+    peer = 1 - comm.rank
+    trips: list[list[float]] = [[] for _ in sizes]
     for i in range(warmup + iters):
-        if i == warmup:
+        for buf, got in zip(bufs, trips):
             t0 = time.perf_counter()
-        if comm.rank == 0:
-            comm.send(buf, peer)
-            comm.recv(buf, peer)
-        else:
-            comm.recv(buf, peer)
-            comm.send(buf, peer)
-    return (time.perf_counter() - t0) / iters / 2
+            if comm.rank == 0:
+                comm.send(buf, peer)
+                comm.recv(buf, peer)
+            else:
+                comm.recv(buf, peer)
+                comm.send(buf, peer)
+            if i >= warmup:
+                got.append(time.perf_counter() - t0)
+    return {n: float(np.median(got)) / 2 for n, got in zip(sizes, trips)}
 
 
 def least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -75,11 +82,11 @@ def fit_model(comm, sizes: list[int], iters: int, warmup: int, path: str, comman
         if comm.rank == 0:
             print("uniccl bench: error: --fit-model needs 2 ranks or more (-np 2)", file=out)
         return 2
-    points = [(n, ping_pong(comm, n, iters, warmup)) for n in sizes]
+    points = ping_pong(comm, sizes, iters, warmup)
     if comm.rank != 0:
         comm.barrier()
         return 0
-    measured = [(n, t) for n, t in points if t is not None]
+    measured = sorted(points.items())
     alpha, beta = least_squares(measured)
     gamma = reduction_cost()
     transport = comm.stats().get("transport")
