@@ -50,7 +50,7 @@ def main() -> None:
         for tag, cma_min in (("cma", 16384 if n <= 2 else 65536), ("slots", 1 << 40)):
             name = f"/uniccl-cma-vs-slots-{token}-{tag}"
             if r == 0:
-                engines[tag] = ShmEngine(name, 0, n, True, 1 << 20, fn, 60.0, cma_min_bytes=cma_min)
+                engines[tag] = ShmEngine(name, 0, n, True, 1 << 20, fn, 60.0, cma=True, cma_min_bytes=cma_min)
                 comm.barrier()
             else:
                 comm.barrier()

@@ -287,6 +287,17 @@ def test_size_variables(monkeypatch):
             _env.size("UNICCL_SHM_SLOT_BYTES")
 
 
+def test_single_copy_reads_are_auto_unless_set(monkeypatch):
+    monkeypatch.delenv("UNICCL_SHM_CMA", raising=False)
+    assert _env.get("UNICCL_SHM_CMA") is None  # auto: where the creator measures them faster
+    for text, value in (("auto", None), ("AUTO", None), ("1", True), ("on", True), ("0", False), ("off", False)):
+        monkeypatch.setenv("UNICCL_SHM_CMA", text)
+        assert _env.get("UNICCL_SHM_CMA") is value, text
+    monkeypatch.setenv("UNICCL_SHM_CMA", "sometimes")
+    with pytest.raises(uniccl.InvalidArgument, match="UNICCL_SHM_CMA.*auto"):
+        _env.get("UNICCL_SHM_CMA")
+
+
 def test_a_size_with_a_suffix_reaches_the_communicator():
     res = run_py("import uniccl; c = uniccl.init(); print('CHUNK', c._chunk_bytes)", UNICCL_CHUNK_BYTES="64K")
     assert res.returncode == 0 and "CHUNK 65536" in res.stdout, res.stderr[-1500:]

@@ -168,7 +168,7 @@ def test_ctrl_c_interrupts_a_wait(prefix):
     assert "LATER InternalError" in out and "interrupted" in out, out
 
 
-def _two_ranks(name, slot=4096 * 8):
+def _two_ranks(name, slot=4096 * 8, **creator):
     """Both ranks of a 2-rank segment in this process (drive them from two threads:
     a call that has to wait releases the GIL)."""
     import uniccl_cpu
@@ -176,9 +176,69 @@ def _two_ranks(name, slot=4096 * 8):
     from uniccl.transport.shm._shm import ShmEngine
 
     fn = uniccl_cpu.uniccl_host_reduce_kernel()
-    e0 = ShmEngine(name, 0, 2, True, slot, fn, 20.0)
+    e0 = ShmEngine(name, 0, 2, True, slot, fn, 20.0, **creator)
     e1 = ShmEngine(name, 1, 2, False, slot, fn, 20.0)
     return e0, e1
+
+
+def _paths(e0, e1, collective, nbytes):
+    """The kinds of rank 1's transfers from rank 0 in one call of ``collective`` ("read": single-copy,
+    "copy": out of rank 0's slot), the data checked against numpy."""
+    import numpy as np
+
+    a = np.arange(2 * nbytes, dtype=np.uint8) * np.uint8(7)
+    b = a[::-1].copy()
+    out0, out1 = np.zeros_like(a), np.zeros_like(a)
+    for e in (e0, e1):
+        e.trace(1024)
+        e.take_events()
+    if collective == "broadcast":
+        x1 = np.zeros(nbytes, np.uint8)
+        _both(lambda: e0.broadcast(a.ctypes.data, nbytes, 0), lambda: e1.broadcast(x1.ctypes.data, nbytes, 0))
+        assert np.array_equal(x1, a[:nbytes])
+    else:  # all_to_all: block q of rank r's input goes to rank q's block r
+        _both(
+            lambda: e0.all_to_all(a.ctypes.data, out0.ctypes.data, nbytes),
+            lambda: e1.all_to_all(b.ctypes.data, out1.ctypes.data, nbytes),
+        )
+        assert np.array_equal(out1[:nbytes], a[nbytes:]) and np.array_equal(out0[nbytes:], b[:nbytes])
+    events, _ = e1.take_events()
+    return {kind for kind, peer, *_ in events if peer == 0}
+
+
+def test_single_copy_reads_only_where_they_beat_the_slots(prefix):
+    """The creator's measure of a single-copy read's speed over a plain copy's picks the path per
+    collective: a broadcast needs about a copy's speed (0.9), an all_to_all half of it."""
+    n = 256 << 10
+    for speed, bcast, a2a in ((0.3, "copy", "copy"), (0.6, "copy", "read"), (1.0, "read", "read")):
+        e0, e1 = _two_ranks(f"{prefix}-speed{int(speed * 10)}", slot=1 << 20, cma="auto", cma_speed=speed)
+        try:
+            assert e0.tuning["cma_speed"] == pytest.approx(speed) == e1.tuning["cma_speed"]
+            assert _paths(e0, e1, "broadcast", n) == {bcast}, speed
+            assert _paths(e0, e1, "all_to_all", n) == {a2a}, speed
+            assert e0.cma and e1.cma  # reachable either way: the speed alone decided
+        finally:
+            e1.close()
+            e0.close()
+
+
+def test_the_creator_measures_single_copy_reads_unless_told(prefix):
+    e0, e1 = _two_ranks(f"{prefix}-measured", slot=1 << 20)
+    try:
+        speed = e0.tuning["cma_speed"]
+        assert speed is not None and 0 < speed < 4000 and e1.tuning["cma_speed"] == speed
+        # the path follows the measure (a broadcast reads single-copy from 0.9 of a copy's speed)
+        assert _paths(e0, e1, "broadcast", 256 << 10) == ({"read"} if speed >= 0.9 else {"copy"})
+    finally:
+        e1.close()
+        e0.close()
+    e0, e1 = _two_ranks(f"{prefix}-always", slot=1 << 20, cma=True)
+    try:
+        assert e0.tuning["cma_speed"] is None  # not measured: single-copy wherever it may be used
+        assert _paths(e0, e1, "broadcast", 256 << 10) == {"read"}
+    finally:
+        e1.close()
+        e0.close()
 
 
 def _both(f0, f1):

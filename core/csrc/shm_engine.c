@@ -59,7 +59,8 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    5 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes */
+    6 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
+         6: cma_speed_ppm */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
@@ -144,6 +145,7 @@ typedef struct {
     int64_t creator_pid;
     uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
     uint32_t flip_ppm; /* fault injection: a reader's copy gets a bit flipped, per million copies */
+    uint32_t cma_speed_ppm; /* single-copy read over plain copy speed (use_cma), the creator's */
 } uc_hdr;
 
 struct uc_shm {
@@ -156,6 +158,7 @@ struct uc_shm {
     uc_ctrl *ctrl;
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
+    uint32_t cma_speed_ppm;
     uint64_t spin_ns, yield_ns;
     int quick_spins; /* wait_for's spins before its first clock reading */
     uc_shm_reduce_fn reduce;
@@ -1329,8 +1332,12 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
     return UC_SHM_OK;
 }
 
+#define PPM(x) ((uint32_t)((x) * 1e6)) /* a speed ratio in the units of cma_speed_ppm */
+
 static inline int use_cma_reduce(uc_shm *e, size_t part_bytes) {
-    return e->cma == 1 && e->cma_reduce_min_bytes && part_bytes >= e->cma_reduce_min_bytes;
+    /* single-copy pulls replace the slots' copies in one for one: they must be about as fast */
+    return e->cma == 1 && e->cma_reduce_min_bytes && part_bytes >= e->cma_reduce_min_bytes &&
+           e->cma_speed_ppm >= PPM(0.9);
 }
 
 static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op) {
@@ -1455,8 +1462,15 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
 }
 
 /* ======================================================= data movement */
-static inline int use_cma(uc_shm *e, size_t per_peer_bytes) {
-    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes;
+/* Whether a data mover reads single-copy: a peer is reachable, the transfer is large enough, and
+ * single-copy reads are fast enough here (e->cma_speed_ppm) to beat the slots' form of the
+ * collective, whose copies are more but plain and partly overlapped.  `need` is that break-even
+ * speed in ppm of a plain copy's, from counting copies: broadcast and gather (the root's copy into
+ * its slot overlaps the peers' copies out: the slots move at about one copy's speed) 0.9;
+ * all_gather n-1 reads against n copies per rank, (n-1)/n; all_to_all n-1 reads against 2(n-1)
+ * copies, 0.5; scatter one read per peer, in parallel, against the root's n-1 copies in, 0.9/(n-1). */
+static inline int use_cma(uc_shm *e, size_t per_peer_bytes, uint32_t need) {
+    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && e->cma_speed_ppm >= need;
 }
 
 static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
@@ -1474,7 +1488,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, nbytes) && nbytes < e->cma_bcast_max_bytes) {
+    if (use_cma(e, nbytes, PPM(0.9)) && nbytes < e->cma_bcast_max_bytes) {
         uint64_t g = e->g++;
         if (me == root) {
             publish(e, buf);
@@ -1536,7 +1550,7 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb)) {
+    if (use_cma(e, bb, PPM((n - 1.0) / n))) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
@@ -1595,7 +1609,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb)) {
+    if (use_cma(e, bb, PPM(0.5))) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
@@ -1667,7 +1681,7 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb)) {
+    if (use_cma(e, bb, PPM(0.9))) {
         uint64_t g = e->g++;
         if (is_root) {
             CHECKED(rec_meet(e, g, 0));
@@ -1730,7 +1744,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb)) {
+    if (use_cma(e, bb, PPM(0.9 / (n - 1)))) {
         uint64_t g = e->g++;
         if (is_root) {
             publish(e, send);
@@ -1933,6 +1947,39 @@ static int cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* A single-copy read's speed over a plain copy's on this host, per million (UC_SHM_CMA_ALWAYS where
+ * it cannot be measured): process_vm_readv of 1 MiB from this process into itself against copy_mem
+ * of the same buffers, the best of 3 each, alternating.  Measured, not assumed: on the same VM type
+ * it was 0.4x on one day and about 1x on another (the kernel pins every page it copies, and what
+ * that costs varies), and it decides whether the single-copy reads or the slots win (use_cma).
+ * About 2 ms of the creator's open, once (most of it the first touch of the buffers). */
+static uint32_t measure_cma_speed(void) {
+    const size_t n = 1u << 20, skew = 16; /* a numpy array's data lies 16 bytes into its page */
+    char *a = mmap(NULL, 2 * n + 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0); /* populated: no page faults in what is timed (nor a trap per page) */
+    if (a == MAP_FAILED) return UC_SHM_CMA_ALWAYS;
+    char *src = a + skew, *dst = a + n + PAGE + skew;
+    uint64_t best_cma = UINT64_MAX, best_copy = UINT64_MAX;
+    pid_t self = getpid();
+    for (int k = 0; k < 3; k++) {
+        struct iovec l = {dst, n}, r = {src, n};
+        uint64_t t0 = now_ns();
+        ssize_t got = process_vm_readv(self, &l, 1, &r, 1, 0);
+        uint64_t t1 = now_ns();
+        copy_mem(dst, src, n);
+        uint64_t t2 = now_ns();
+        if (got != (ssize_t)n) {
+            munmap(a, 2 * n + 2 * PAGE);
+            return UC_SHM_CMA_ALWAYS; /* the probe finds out why, and says so */
+        }
+        if (t1 - t0 < best_cma) best_cma = t1 - t0;
+        if (t2 - t1 < best_copy) best_copy = t2 - t1;
+    }
+    munmap(a, 2 * n + 2 * PAGE);
+    double ppm = best_cma ? 1e6 * (double)best_copy / (double)best_cma : 1e6;
+    return ppm >= (double)(UC_SHM_CMA_ALWAYS - 1) ? UC_SHM_CMA_ALWAYS - 1 : ppm < 1 ? 1 : (uint32_t)ppm;
+}
+
 uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
                     uc_shm_reduce_fn reduce, double timeout, int cma_allowed, const uc_shm_tuning *tuning,
                     uc_shm_error *err) {
@@ -1976,7 +2023,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->rank = rank, e->size = size, e->creator = !!create;
     e->reduce = reduce;
     e->timeout_ns = (uint64_t)(timeout * 1e9);
-    e->cma_allowed = !!cma_allowed;
+    e->cma_allowed = cma_allowed ? 1 : 0;
     e->cma = size > 1 ? -1 : 0;
     snprintf(e->cma_reason, sizeof e->cma_reason, "%s",
              size > 1 ? "not decided yet (the first call probes it)" : "a single rank reads from nobody");
@@ -2076,6 +2123,9 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                                                                        : (256u << 10);
         h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes : (32u << 20);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
+        h->cma_speed_ppm = t.cma_speed_ppm                               ? t.cma_speed_ppm
+                           : cma_allowed == 2 && size > 1 && !t.checksum ? measure_cma_speed()
+                                                                         : UC_SHM_CMA_ALWAYS;
         h->creator_pid = getpid();
         h->checksum = t.checksum ? 1 : 0;
         h->flip_ppm = t.checksum ? t.flip_ppm : 0;
@@ -2117,6 +2167,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->nt_min_bytes = h->nt_min_bytes;
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->cma_bcast_max_bytes = h->cma_bcast_max_bytes;
+    e->cma_speed_ppm = h->cma_speed_ppm;
     e->slots = e->base + PAGE + ctrl_bytes;
     e->checksum = (int)h->checksum;
     e->flip_ppm = h->flip_ppm;
@@ -2215,6 +2266,7 @@ void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes) 
     out->nt_min_bytes = e->nt_min_bytes;
     out->cma_reduce_min_bytes = e->cma_reduce_min_bytes;
     out->cma_bcast_max_bytes = e->cma_bcast_max_bytes;
+    out->cma_speed_ppm = e->cma_speed_ppm;
     out->spin_ns = e->spin_ns;
     out->yield_ns = e->yield_ns;
     *slot_bytes = e->slot_bytes;

@@ -79,13 +79,21 @@ typedef struct {
     uint64_t yield_ns;           /* then sched_yield until this long, then sleep on a futex */
     int checksum;      /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */
     uint32_t flip_ppm; /* creator, with checksum: flip a bit in this many per million copies (tests) */
+    uint32_t cma_speed_ppm; /* creator: a single-copy read's speed over a plain copy's, per million, which
+                               picks single-copy or the slots per collective (use_cma); 0: measured at
+                               open where cma_allowed is 2, else UC_SHM_CMA_ALWAYS */
 } uc_shm_tuning;
+
+/* cma_speed_ppm of "not measured": every path that may read single-copy does */
+#define UC_SHM_CMA_ALWAYS 0xFFFFFFFFu
 
 /* Create (create != 0: O_CREAT|O_EXCL, mode 0600) or attach to segment `name`
  * ("/something"), as `rank` of `size`.  slot_bytes: a multiple of 4096 (attach: 0
  * or the creator's value).  reduce may be NULL if no reduction is ever called.
  * timeout in seconds per call (0: wait forever; dead peers are still detected).
- * cma_allowed = 0 forces the slot-copy fallback for this rank (and thereby for all).
+ * cma_allowed = 0 forces the slot-copy fallback for this rank (and thereby for all); 1 allows
+ * single-copy reads on every path that may take them; 2 (the creator's choice holds) measures them
+ * against a plain copy first and takes them only where they win (uc_shm_tuning.cma_speed_ppm).
  * Returns NULL with *err filled on failure. */
 uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
                     uc_shm_reduce_fn reduce, double timeout, int cma_allowed, const uc_shm_tuning *tuning,

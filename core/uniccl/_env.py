@@ -276,7 +276,14 @@ VARS: dict[str, Var] = {
             maximum=1 << 30,
             multiple=4096,
         ),
-        _v("UNICCL_SHM_CMA", "bool", True, "single-copy reads (process_vm_readv) on shared memory; 0: slot copies"),
+        _v(
+            "UNICCL_SHM_CMA",
+            "bool",
+            None,
+            "single-copy reads (process_vm_readv) on shared memory: auto (unset) where measured faster "
+            "than the slots, 1 wherever they may be used, 0 never (slot copies)",
+            special=(("auto", None),),
+        ),
         _v("UNICCL_SHM_SMALL_BYTES", "size", None, "shared-memory tuning: the largest one-round reduction", minimum=0),
         _v(
             "UNICCL_SHM_CMA_MIN_BYTES",

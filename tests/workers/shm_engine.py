@@ -235,6 +235,7 @@ def cmd_matrix(args) -> int:
         args.prefix,
         "cma",
         TEST_SLOT,
+        cma=True,  # every path that may read single-copy does, however fast it measures here
         small_bytes=TEST_SMALL,
         cma_min_bytes=1,
         cma_reduce_min_bytes=1,

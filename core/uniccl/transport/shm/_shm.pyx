@@ -14,8 +14,9 @@ same name once it exists; the creator calls :meth:`unlink` once every rank has
 attached (and does so by itself at the first collective, when it sees them all),
 so no segment can outlive the job.
 
-Environment: ``UNICCL_SHM_CMA=0`` forces slot copies instead of single-copy reads
-(process_vm_readv); ``UNICCL_SHM_SMALL_BYTES``, ``UNICCL_SHM_CMA_MIN_BYTES``,
+Environment: ``UNICCL_SHM_CMA`` (unset or ``auto``: single-copy reads (process_vm_readv) where the
+creator measured them fast enough to beat the slots, per collective; 1: wherever they may be used;
+0: slot copies only); ``UNICCL_SHM_SMALL_BYTES``, ``UNICCL_SHM_CMA_MIN_BYTES``,
 ``UNICCL_SHM_CMA_REDUCE_MIN_BYTES`` (-1: never), ``UNICCL_SHM_CMA_BCAST_MAX_BYTES`` (-1: no
 limit), ``UNICCL_SHM_NT_MIN_BYTES`` (the
 creator's values hold for every rank),
@@ -45,6 +46,7 @@ cdef extern from "Python.h":
 cdef extern from "shm_engine.h" nogil:
     enum: UC_SHM_RECORD_WORDS
     enum: UC_SHM_RING_ORDER
+    enum: UC_SHM_CMA_ALWAYS
     ctypedef int (*uc_shm_reduce_fn)(void *dst, const void *a, const void *b, size_t count, int dtype,
                                      int op)
     enum:
@@ -82,6 +84,7 @@ cdef extern from "shm_engine.h" nogil:
         uint64_t yield_ns
         int checksum
         uint32_t flip_ppm
+        uint32_t cma_speed_ppm
 
     uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
                         uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
@@ -213,8 +216,15 @@ def _close_all():
             pass
 
 
-def _cma_env_allowed() -> bool:
-    return os.environ.get("UNICCL_SHM_CMA", "1").strip().lower() not in ("0", "false", "no", "off")
+def _cma_mode(cma) -> int:
+    """The engine's cma_allowed: 0 never, 1 wherever possible, 2 where measured faster ("auto")."""
+    if cma is None:
+        cma = _env.get("UNICCL_SHM_CMA")
+    if cma is None or cma == "auto":
+        return 2
+    if isinstance(cma, bool):
+        return int(cma)
+    raise InvalidArgument(f"must be True, False, 'auto' or None, got {cma!r}", op="open", argument="cma")
 
 
 cdef extern from "Python.h":
@@ -255,7 +265,9 @@ cdef class ShmEngine:
     the address of a ``uniccl_host_reduce_kernel`` (0: no reductions), ``timeout``
     seconds per call (0: none; dead peers are detected regardless).
     Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``cma_reduce_min_bytes``, ``cma_bcast_max_bytes``,
-    ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment.
+    ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment; ``cma``: True
+    (single-copy reads wherever they may be used), False (never), "auto" (where faster: the creator
+    measures their speed over a plain copy's, or takes ``cma_speed``).
     """
 
     # its fields: _shm.pxd
@@ -266,7 +278,8 @@ cdef class ShmEngine:
 
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
                  small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
-                 cma_bcast_max_bytes=None, spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0):
+                 cma_bcast_max_bytes=None, spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0,
+                 cma_speed=None):
         cdef uc_shm_error err
         cdef uc_shm_tuning tuning
         cdef uintptr_t fn
@@ -306,7 +319,15 @@ cdef class ShmEngine:
         if not _is_int(flip_ppm) or not 0 <= flip_ppm <= 1000000:
             raise InvalidArgument(f"must be an int in [0, 1000000], got {flip_ppm!r}", op="open", argument="flip_ppm")
         tuning.flip_ppm = flip_ppm
-        allowed = _cma_env_allowed() if cma is None else bool(cma)
+        # the creator's: a single-copy read's speed over a plain copy's, given instead of measured
+        if cma_speed is None:
+            tuning.cma_speed_ppm = 0
+        elif isinstance(cma_speed, bool) or not isinstance(cma_speed, (int, float)) or not 0 < cma_speed < 4000:
+            raise InvalidArgument(f"must be a speed ratio in (0, 4000), got {cma_speed!r}", op="open",
+                                  argument="cma_speed")
+        else:
+            tuning.cma_speed_ppm = max(1, int(cma_speed * 1e6))
+        allowed = _cma_mode(cma)
         bname = name.encode()
         cdef const char *cname = bname
         cdef int crank = rank, csize = size, ccreate = bool(create), callowed = allowed
@@ -444,7 +465,10 @@ cdef class ShmEngine:
         return {"slot_bytes": slot_bytes, "small_bytes": t.small_bytes, "cma_min_bytes": t.cma_min_bytes,
                 "cma_reduce_min_bytes": t.cma_reduce_min_bytes or -1, "nt_min_bytes": t.nt_min_bytes,
                 "cma_bcast_max_bytes": -1 if t.cma_bcast_max_bytes == <size_t>-1 else t.cma_bcast_max_bytes,
-                "spin_ns": t.spin_ns, "yield_ns": t.yield_ns}
+                "spin_ns": t.spin_ns, "yield_ns": t.yield_ns,
+                # a single-copy read's speed over a plain copy's as the creator measured it (None:
+                # not measured, single-copy wherever possible); use_cma in shm_engine.c reads it
+                "cma_speed": None if t.cma_speed_ppm == UC_SHM_CMA_ALWAYS else t.cma_speed_ppm / 1e6}
 
     # ------------------------------------------------------------- collectives
     cdef _records(self, header, out, str op):

@@ -58,7 +58,8 @@ def shm_attach(comm, single_host: bool):
             "yield_ns",
         )
     }
-    tuning["cma"] = _env.flag("UNICCL_SHM_CMA")
+    cma = _env.get("UNICCL_SHM_CMA")
+    tuning["cma"] = "auto" if cma is None else cma
     timeout = comm.timeout
     # checksums on every region read from a peer's slot: opt-in (their cost: docs/reliability.md);
     # UNICCL_FAULT_INJECT's shm_flip then damages that share of the copies, which are made again
