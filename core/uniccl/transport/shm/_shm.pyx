@@ -30,7 +30,6 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 
 import atexit
-import os
 import weakref
 
 from uniccl import _env
