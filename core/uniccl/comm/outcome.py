@@ -52,6 +52,8 @@ def _named(comm, exc: UnicclError) -> dict:
     ranks = set(exc.extra.get("missing_ranks") or ())
     if exc.extra.get("remote_rank") is not None:
         ranks.add(exc.extra["remote_rank"])
+    ranks.discard(comm.rank)  # its own state says nothing (it is running this): a rank that was
+    # stopped and echoes the others' timeout once continued would report itself running
     table = comm._t.processes()
     out = {}
     for r in sorted(ranks):
