@@ -337,3 +337,28 @@ def test_orphaned_segment_of_a_dead_creator_is_swept(tmp_path):
         f.write_bytes(b"x")
     assert sweep_orphans(str(tmp_path)) == [orphan.name]
     assert not orphan.exists() and alive.exists() and other.exists()
+
+
+def test_the_log_says_how_fast_single_copy_reads_measured(tmp_path):
+    """``UNICCL_DEBUG=INFO`` names the measure behind the data movers' copies, and
+    ``UNICCL_SHM_CMA=0`` that they are off, in a real ``uniccl run`` job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNICCL_")}
+    code = "import uniccl\nwith uniccl.init() as c:\n    c.barrier()\n"
+    lines = {}
+    for setting in ("", "0"):
+        run_env = dict(env, UNICCL_DEBUG="INFO", **({"UNICCL_SHM_CMA": setting} if setting else {}))
+        res = subprocess.run(
+            [sys.executable, "-m", "uniccl", "run", "-n", "2", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=run_env,
+            cwd=tmp_path,
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+        lines[setting] = [x for x in (res.stdout + res.stderr).splitlines() if "shared memory: 2 ranks" in x]
+        assert len(lines[setting]) == 2, res.stdout + res.stderr  # both ranks say it
+    m = re.search(r"single-copy reads at ([\d.]+)x a plain copy's speed", lines[""][0])
+    assert m and 0 < float(m.group(1)) < 4000, lines
+    assert all(m.group(0) in x for x in lines[""]), lines  # rank 0's measure holds for both
+    assert all("single-copy reads off (UNICCL_SHM_CMA=0)" in x for x in lines["0"]), lines

@@ -99,6 +99,15 @@ def shm_attach(comm, single_host: bool):
             engine.close()
         logger.warning("shared-memory engine not used: %s", failed[0])
         return None, failed[0]
+    assert engine is not None  # no rank failed: every rank created or attached
+    speed = engine.tuning["cma_speed"]  # (UNICCL_DEBUG=INFO: which copies the data movers make)
+    if tuning["cma"] is False:
+        reads = "off (UNICCL_SHM_CMA=0)"
+    elif speed is None:
+        reads = "wherever possible"
+    else:
+        reads = f"at {speed:.2f}x a plain copy's speed (measured by rank 0): taken where that beats the slots"
+    logger.info("shared memory: %d ranks, single-copy reads %s", comm.size, reads)
     return engine, ""
 
 
