@@ -241,6 +241,69 @@ def test_the_creator_measures_single_copy_reads_unless_told(prefix):
         e0.close()
 
 
+def _agreed_broadcasts(e0, e1, nbytes, calls):
+    """``calls`` broadcasts from rank 0 with their records (as the communicator makes them), each
+    checked against numpy; per call, rank 1's kinds of transfer from rank 0 and the speed ratio in
+    force on each rank after it."""
+    import numpy as np
+
+    a = (np.arange(nbytes) * 7 % 251).astype(np.uint8)
+    head = np.zeros(8, np.int64)
+    head[:2] = (3, nbytes)  # every rank's the same: the records agree
+    out0, out1 = np.zeros((2, 8), np.int64), np.zeros((2, 8), np.int64)
+    x1 = np.zeros(nbytes, np.uint8)
+    for e in (e0, e1):
+        e.trace(1024)
+        e.take_events()
+    rows = []
+    for _ in range(calls):
+        x1[:] = 0
+        assert _both(
+            lambda: e0.agreed_call(head, out0, 3, 0, a.ctypes.data, nbytes, 0, 0, 0),
+            lambda: e1.agreed_call(head, out1, 3, 0, x1.ctypes.data, nbytes, 0, 0, 0),
+        ) == (True, True)
+        assert np.array_equal(x1, a)
+        events, _ = e1.take_events()
+        rows.append(({k for k, peer, *_ in events if peer == 0}, e0.live_speeds[nbytes]["ratio"],
+                     e1.live_speeds[nbytes]["ratio"]))
+    return rows
+
+
+def test_live_speeds_move_a_size_off_slow_slots_and_probe_back(prefix):
+    """Measured at open, the choice between the slots and single-copy reads then follows the speeds
+    the transfers show: with every copy out of a slot slowed to 1 GB/s, broadcasts of 512 KiB start on
+    the slots (the open's measure says they are faster), move to single-copy reads within a few
+    calls, and after a second go back to the slots for one call to see whether they got faster;
+    both ranks hold the same ratio after every call."""
+    import time
+
+    n = 512 << 10
+    e0, e1 = _two_ranks(f"{prefix}-live", slot=1 << 20, cma="auto", slot_gbps=1.0)
+    try:
+        if e0.tuning["cma_speed"] >= 0.9:
+            pytest.skip("single-copy reads measured as fast as a copy here: they start on them")
+        rows = _agreed_broadcasts(e0, e1, n, 12)
+        assert all(r0 == r1 for _, r0, r1 in rows), rows
+        kinds = [k for k, _, _ in rows]
+        assert kinds[0] == {"copy"}, rows
+        first = kinds.index({"read"})  # moved: the slots' estimate fell below break-even
+        assert first <= 8 and all(k == {"read"} for k in kinds[first:]), rows
+        time.sleep(1.1)
+        kinds = [k for k, _, _ in _agreed_broadcasts(e0, e1, n, 4)]
+        # the first call after the second carries rank 0's probe; the one after it takes the slots
+        assert kinds == [{"read"}, {"copy"}, {"read"}, {"read"}], kinds
+    finally:
+        e1.close()
+        e0.close()
+    e0, e1 = _two_ranks(f"{prefix}-fixed", slot=1 << 20, cma="auto", cma_speed=0.3, slot_gbps=1.0)
+    try:  # a given speed is not measured: it holds
+        assert e0.live_speeds is None and e1.live_speeds is None
+        assert _paths(e0, e1, "broadcast", n) == {"copy"}
+    finally:
+        e1.close()
+        e0.close()
+
+
 def _both(f0, f1):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -59,14 +59,20 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    6 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
-         6: cma_speed_ppm */
+    7 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
+         6: cma_speed_ppm; 7: live speeds (verdict, obs, cma_bpns) */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
 #define BOX_BYTES 1024                                    /* see uc_box */
 #define INLINE_BYTES (BOX_BYTES - NREC * sizeof(int64_t)) /* a call's payload that fits a box */
 #define NDTYPES 12
+/* Live speeds (see "live speeds" below): transfers from 16 KiB per peer, by power of two, the last
+ * bucket taking the rest; verdicts in units of 1/VERDICT_ONE of a speed ratio */
+#define NBUCKETS UC_SHM_SPEED_CLASSES
+#define BUCKET_MIN_LOG2 14
+#define VERDICT_ONE 1024u
+#define PROBE_NS 1000000000ULL /* a size class on single-copy reads tries the slots again after this long */
 #define NOPS 4                      /* SUM PROD MAX MIN */
 #define CHECK_NS 10000000ULL        /* health checks: after and every 10 ms of waiting */
 #define SLEEP_NS 10000000L          /* futex sleeps at most this long between checks */
@@ -97,6 +103,9 @@ typedef struct {
                          * data in the same rendezvous (uc_shm_agreed), 0 after an agreement alone */
     uint64_t pub_addr;  /* ready line: buffers published for single-copy reads/writes (pid: uc_ctrl) */
     uint64_t pub_addr2; /* ... the second one (a reduction's recv) */
+    /* ready line of rank 0: its verdict on single-copy reads against the slots per size class
+     * (live_publish), double-buffered by the parity of the rendezvous it rides on */
+    uint16_t verdict[2][NBUCKETS];
     /* ready line: the call's record (agree_impl, rec_publish), in the 64 bytes after the
      * signal's: a peer that sees the signal has the record's line on its way (the adjacent-line
      * prefetcher moves the pair), not a third line to fetch */
@@ -135,6 +144,9 @@ typedef struct {
     int32_t abort_nmissing;
     int32_t abort_missing[MAX_MISSING];
     uc_box box[2]; /* by chunk parity; ready.with_data == 2: the record of the rendezvous is here */
+    /* this rank's running estimates, bytes per ns (float bits; 0 none yet), of copies out of a
+     * peer's slot and of single-copy reads, per size class: read by rank 0 (live_publish) */
+    _Alignas(LINE) _Atomic uint32_t obs_slot[NBUCKETS], obs_cma[NBUCKETS];
 } uc_ctrl;
 
 typedef struct {
@@ -146,6 +158,10 @@ typedef struct {
     uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
     uint32_t flip_ppm; /* fault injection: a reader's copy gets a bit flipped, per million copies */
     uint32_t cma_speed_ppm; /* single-copy read over plain copy speed (use_cma), the creator's */
+    uint32_t live;          /* 1: cma_speed_ppm was measured, and live speeds replace it (live_publish) */
+    float cma_bpns;         /* the measure's single-copy read, bytes per ns (live: the prior of obs_cma) */
+    float copy_bpns;        /* ... and its plain copy (the prior of obs_slot) */
+    float slot_gbps;        /* uc_shm_tuning.slot_gbps */
 } uc_hdr;
 
 struct uc_shm {
@@ -159,6 +175,16 @@ struct uc_shm {
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
     uint32_t cma_speed_ppm;
+    int live;                       /* see uc_hdr.live */
+    float cma_bpns, copy_bpns;      /* see uc_hdr */
+    float est_slot[NBUCKETS];       /* this rank's running speeds (obs_slot, obs_cma), bytes per ns */
+    float est_cma[NBUCKETS];
+    uint16_t verdict[NBUCKETS];     /* the speed ratios in force (adopted at the last rendezvous) */
+    uint16_t next_verdict[NBUCKETS]; /* rank 0: what it publishes next */
+    uint64_t probed_ns;             /* rank 0: when it last sent single-copy size classes back to the slots */
+    uint64_t judged;                /* rendezvous judged so far (the same count on every rank) */
+    size_t cls;                     /* this call's transfer per peer, for the estimates (0: none) */
+    float slot_gbps;                /* uc_hdr.slot_gbps */
     uint64_t spin_ns, yield_ns;
     int quick_spins; /* wait_for's spins before its first clock reading */
     uc_shm_reduce_fn reduce;
@@ -764,8 +790,117 @@ size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dr
     return n;
 }
 
+/* ------------------------------------------------------------ live speeds
+ * Whether a peer's data is read single-copy or copied through the slots (use_cma) depends on how
+ * fast each is on this host, and on a VM that changes for minutes at a time: on 2026-12-05 the
+ * slots moved 18-23 GB/s in one spell and 2.2-2.4 GB/s in the next, while single-copy reads kept
+ * to 11-13 GB/s and so did both MPIs
+ * (docs/performance.md).  So where the creator measured the speeds at open (cma_speed_ppm), that
+ * figure is only the start: every rank times its copies out of a peer's slot and its single-copy
+ * reads of 4 KiB or more, per size class of the call's transfer per peer (running estimates,
+ * obs_*; the slots' figure is that of the copies into a rank's own slot and out of a peer's, which
+ * were each seen slow: glibc's memcpy into a slot ran at 2.2 GB/s in one spell); rank 0 turns every rank's into a verdict per class, the highest single-copy over slot
+ * speed of any rank (the slowest reader decides), and publishes it with its record; every rank adopts
+ * it when that rendezvous is judged, so the ranks of a call choose alike.  A class that went to
+ * single-copy reads goes back to the slots for a call every PROBE_NS, to see whether they got fast. */
+static inline int bucket_of(size_t n) {
+    int b = n ? 63 - __builtin_clzll((unsigned long long)n) - BUCKET_MIN_LOG2 : 0;
+    return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : b;
+}
+
+static inline uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t verdict_of(double ratio) {
+    double v = ratio * VERDICT_ONE + 0.5;
+    return v < 1 ? 1 : v > 65535 ? 65535 : (uint16_t)v;
+}
+
+/* The start of a timed transfer: 0 when it is not timed. */
+static inline uint64_t timed(uc_shm *e, size_t n) {
+    return e->live && e->cls && n >= 4096 ? now_ns() : 0;
+}
+
+/* A transfer of n bytes begun at t0 (timed()) from a slot (cma 0) or single-copy (1). */
+static void observed(uc_shm *e, int cma, size_t n, uint64_t t0) {
+    if (!t0) return;
+    int b = bucket_of(e->cls);
+    uint64_t ns = now_ns() - t0;
+    float v = (float)n / (float)(ns ? ns : 1), *est = cma ? e->est_cma : e->est_slot;
+    /* from the open's measure (a first call's copies take page faults and cold caches: one such
+     * figure alone would decide), but a probe's (the first news of the slots in a while) replaces it */
+    if (est[b] == 0) est[b] = cma ? e->cma_bpns : e->copy_bpns;
+    est[b] = !cma && e->verdict[b] == 0 ? v : 0.75f * est[b] + 0.25f * v;
+    _Atomic uint32_t *obs = cma ? &e->ctrl[e->rank].obs_cma[b] : &e->ctrl[e->rank].obs_slot[b];
+    atomic_store_explicit(obs, float_bits(est[b]), memory_order_relaxed);
+}
+
+/* Rank 0, before the READY signal of a rendezvous that carries records: its verdict for the calls
+ * after it, from every rank's estimates where `fresh` (a call that may move data), else the last. */
+static void live_publish(uc_shm *e, int fresh) {
+    if (!e->live || e->rank != 0) return;
+    if (fresh) {
+        uint64_t t = now_ns();
+        int probe = t - e->probed_ns >= PROBE_NS;
+        for (int b = 0; b < NBUCKETS; b++) {
+            double worst = -1;
+            for (int q = 0; q < e->size; q++) {
+                uc_ctrl *c = &e->ctrl[q];
+                double sl = bits_float(atomic_load_explicit(&c->obs_slot[b], memory_order_relaxed));
+                double cm = bits_float(atomic_load_explicit(&c->obs_cma[b], memory_order_relaxed));
+                if (sl <= 0) continue;
+                if (cm <= 0) cm = e->cma_bpns;
+                if (cm / sl > worst) worst = cm / sl;
+            }
+            uint16_t v = worst < 0 ? verdict_of(e->cma_speed_ppm / 1e6) : verdict_of(worst);
+            e->next_verdict[b] = probe && v >= VERDICT_ONE / 4 ? 0 : v; /* 0: the slots, this once */
+        }
+        if (probe) e->probed_ns = t;
+    }
+    memcpy(e->ctrl[0].ready.verdict[e->judged & 1], e->next_verdict, sizeof e->next_verdict);
+}
+
+/* Every rank, once a rendezvous with records is judged: rank 0's verdict published with it. */
+static inline void live_adopt(uc_shm *e) {
+    if (e->live) memcpy(e->verdict, e->ctrl[0].ready.verdict[e->judged & 1], sizeof e->verdict);
+    e->judged++;
+}
+
+/* The single-copy over slot speed ratio (ppm) for a transfer of `bytes` per peer; this call's
+ * transfers are timed in its class. */
+static inline uint32_t speed_ppm(uc_shm *e, size_t bytes) {
+    e->cls = bytes;
+    return e->live ? (uint32_t)((uint64_t)e->verdict[bucket_of(bytes)] * 1000000u / VERDICT_ONE) : e->cma_speed_ppm;
+}
+
+int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps) {
+    if (!e->live) return UC_SHM_EINVAL;
+    for (int b = 0; b < NBUCKETS; b++) {
+        if (ratio) ratio[b] = (double)e->verdict[b] / VERDICT_ONE;
+        if (slot_gbps) slot_gbps[b] = e->est_slot[b];
+        if (cma_gbps) cma_gbps[b] = e->est_cma[b];
+    }
+    return UC_SHM_OK;
+}
+
+/* A copy into this rank's own slot: the slots' speed is this and the peers' copies out (take). */
+static inline void copy_in(uc_shm *e, void *dst, const void *src, size_t n) {
+    uint64_t t0 = timed(e, n);
+    copy_mem(dst, src, n);
+    observed(e, 0, n, t0);
+}
+
 static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n) {
-    uint64_t t0 = wall_ns(e);
+    uint64_t t0 = wall_ns(e), s0 = timed(e, n);
     size_t total = n;
     char *dst = local;
     while (n) {
@@ -776,6 +911,7 @@ static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n)
         if (got == 0) return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
         dst += got, remote += (uint64_t)got, n -= (size_t)got;
     }
+    observed(e, 1, total, s0);
     event(e, t0, UC_SHM_EV_READ, peer, total);
     return UC_SHM_OK;
 }
@@ -894,6 +1030,7 @@ static int begin_held(uc_shm *e, const char *op, uc_shm_unlock_fn unlock, void *
     }
     e->t_call = 0; /* the first wait reads the clock (wait_for): a call that never waits reads none */
     e->g_call = e->g;
+    e->cls = 0; /* set by the call's use_cma, where it chooses */
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
         if (p != e->rank && ends_calls(code)) {
@@ -996,8 +1133,13 @@ static int corrupt(uc_shm *e, int q, uint64_t g, int region, const char *what) {
 
 /* copy_out of a region of rank q's slot, checked and copied again on a mismatch */
 static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void *src, size_t n, int nt) {
-    uint64_t t0 = wall_ns(e);
+    uint64_t t0 = wall_ns(e), s0 = q != e->rank ? timed(e, n) : 0;
     copy_out(e, dst, src, n, nt);
+    if (e->slot_gbps > 0 && q != e->rank) { /* injected: a slow path between the cores */
+        uint64_t until = (s0 ? s0 : now_ns()) + (uint64_t)((double)n / e->slot_gbps);
+        while (now_ns() < until) cpu_relax();
+    }
+    observed(e, 0, n, s0);
     if (q != e->rank) /* a peer's data (not this rank's own, staged in its own slot) */
         event(e, t0, UC_SHM_EV_COPY, q, n);
     if (!e->checksum || !n) return UC_SHM_OK;
@@ -1041,8 +1183,8 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
     WAIT_SLOT(e, g);
     uint8_t *s = slot(e, e->rank, g);
     part(m, e->size, e->rank, isz, &lo, &hi);
-    copy_mem(s, src, lo * isz);
-    copy_mem(s + hi * isz, src + hi * isz, (m - hi) * isz);
+    copy_in(e, s, src, lo * isz);
+    copy_in(e, s + hi * isz, src + hi * isz, (m - hi) * isz);
     if (e->checksum)
         for (int q = 0; q < e->size; q++) {
             size_t a, b;
@@ -1056,7 +1198,7 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
 /* Copy my chunk g into my slot and signal ready. */
 static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
     WAIT_SLOT(e, g);
-    copy_mem(slot(e, e->rank, g), src, nbytes);
+    copy_in(e, slot(e, e->rank, g), src, nbytes);
     seal(e, g, WHOLE(e), slot(e, e->rank, g), nbytes);
     sig(e, OFF_READY, g + 1);
     return UC_SHM_OK;
@@ -1084,6 +1226,7 @@ static int rec_publish(uc_shm *e) {
     CHECKED(line_free(e));
     memcpy(e->ctrl[e->rank].ready.record, e->rec_in, NREC * sizeof(int64_t));
     e->ctrl[e->rank].ready.with_data = 1;
+    live_publish(e, 1);
     e->arriving = 1;
     return UC_SHM_OK;
 }
@@ -1104,6 +1247,7 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     e->rec_in = NULL;
     e->arriving = 0;
     e->agree_g = g + 1; /* the peers' CONSUMED g + 1 comes after they read the records */
+    live_adopt(e);
     if (same) return UC_SHM_OK;
     sig(e, OFF_CONSUMED, g + 1);
     e->g = g + 1;
@@ -1175,6 +1319,7 @@ static int box_meet(uc_shm *e, uint64_t g, const void *payload, size_t n) {
         c->ready.with_data = 2;
         e->boxed_g = g + 1;
         e->arriving = 1;
+        live_publish(e, 0); /* a box call moves no data worth timing */
     }
     sig(e, OFF_READY, g + 1);
     int rc = arrive(e, OFF_READY, g + 1);
@@ -1337,7 +1482,7 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
 static inline int use_cma_reduce(uc_shm *e, size_t part_bytes) {
     /* single-copy pulls replace the slots' copies in one for one: they must be about as fast */
     return e->cma == 1 && e->cma_reduce_min_bytes && part_bytes >= e->cma_reduce_min_bytes &&
-           e->cma_speed_ppm >= PPM(0.9);
+           speed_ppm(e, part_bytes) >= PPM(0.9);
 }
 
 static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op) {
@@ -1472,7 +1617,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me || inplace) {
-                    copy_mem(s + (size_t)q * mb * isz, send + ((size_t)q * count + off) * isz, m * isz);
+                    copy_in(e, s + (size_t)q * mb * isz, send + ((size_t)q * count + off) * isz, m * isz);
                     seal(e, g, q, s + (size_t)q * mb * isz, m * isz);
                 }
             sig(e, OFF_READY, g + 1);
@@ -1503,7 +1648,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
  * all_gather n-1 reads against n copies per rank, (n-1)/n; all_to_all n-1 reads against 2(n-1)
  * copies, 0.5; scatter one read per peer, in parallel, against the root's n-1 copies in, 0.9/(n-1). */
 static inline int use_cma(uc_shm *e, size_t per_peer_bytes, uint32_t need) {
-    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && e->cma_speed_ppm >= need;
+    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && speed_ppm(e, per_peer_bytes) >= need;
 }
 
 static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
@@ -1668,7 +1813,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me) {
-                    copy_mem(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    copy_in(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m);
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
@@ -1804,7 +1949,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me) {
-                    copy_mem(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    copy_in(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m);
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
@@ -1840,9 +1985,11 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     CHECKED(line_free(e)); /* everyone read my previous record */
     memcpy(e->ctrl[me].ready.record, record, NREC * sizeof(int64_t));
     e->ctrl[me].ready.with_data = 0;
+    live_publish(e, 1);
     sig(e, OFF_READY, g + 1);
     int rc = arrive(e, OFF_READY, g + 1);
     if (rc) return rc;
+    live_adopt(e);
     for (int q = 0; q < n; q++)
         if (q != me) memcpy(out + (size_t)q * NREC, peer_record(e, q, g), NREC * sizeof(int64_t));
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
@@ -1986,7 +2133,7 @@ static int cpu_count(void) {
  * it was 0.4x on one day and about 1x on another (the kernel pins every page it copies, and what
  * that costs varies), and it decides whether the single-copy reads or the slots win (use_cma).
  * About 2 ms of the creator's open, once (most of it the first touch of the buffers). */
-static uint32_t measure_cma_speed(void) {
+static uint32_t measure_cma_speed(float *cma_bpns, float *copy_bpns) {
     const size_t n = 1u << 20, skew = 16; /* a numpy array's data lies 16 bytes into its page */
     char *a = mmap(NULL, 2 * n + 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                    -1, 0); /* populated: no page faults in what is timed (nor a trap per page) */
@@ -2009,6 +2156,8 @@ static uint32_t measure_cma_speed(void) {
         if (t2 - t1 < best_copy) best_copy = t2 - t1;
     }
     munmap(a, 2 * n + 2 * PAGE);
+    *cma_bpns = best_cma && best_copy ? (float)n / (float)best_cma : 0;
+    *copy_bpns = best_copy ? (float)n / (float)best_copy : 0;
     double ppm = best_cma ? 1e6 * (double)best_copy / (double)best_cma : 1e6;
     return ppm >= (double)(UC_SHM_CMA_ALWAYS - 1) ? UC_SHM_CMA_ALWAYS - 1 : ppm < 1 ? 1 : (uint32_t)ppm;
 }
@@ -2156,9 +2305,14 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                                                                        : (256u << 10);
         h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes : (32u << 20);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
+        float bpns = 0, copy_bpns = 0;
         h->cma_speed_ppm = t.cma_speed_ppm                               ? t.cma_speed_ppm
-                           : cma_allowed == 2 && size > 1 && !t.checksum ? measure_cma_speed()
+                           : cma_allowed == 2 && size > 1 && !t.checksum ? measure_cma_speed(&bpns, &copy_bpns)
                                                                          : UC_SHM_CMA_ALWAYS;
+        h->live = bpns > 0; /* measured: then the transfers' own speeds take over */
+        h->cma_bpns = bpns;
+        h->copy_bpns = copy_bpns;
+        h->slot_gbps = t.slot_gbps > 0 ? t.slot_gbps : 0;
         h->creator_pid = getpid();
         h->checksum = t.checksum ? 1 : 0;
         h->flip_ppm = t.checksum ? t.flip_ppm : 0;
@@ -2201,6 +2355,13 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->cma_bcast_max_bytes = h->cma_bcast_max_bytes;
     e->cma_speed_ppm = h->cma_speed_ppm;
+    e->live = (int)h->live;
+    e->cma_bpns = h->cma_bpns;
+    e->copy_bpns = h->copy_bpns;
+    e->slot_gbps = h->slot_gbps;
+    for (int b = 0; b < NBUCKETS; b++) /* every rank starts from the creator's measure */
+        e->verdict[b] = e->next_verdict[b] = verdict_of(e->cma_speed_ppm / 1e6);
+    e->probed_ns = now_ns();
     e->slots = e->base + PAGE + ctrl_bytes;
     e->checksum = (int)h->checksum;
     e->flip_ppm = h->flip_ppm;

@@ -84,6 +84,7 @@ cdef extern from "shm_engine.h" nogil:
         int checksum
         uint32_t flip_ppm
         uint32_t cma_speed_ppm
+        float slot_gbps
 
     uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slot_bytes,
                         uc_shm_reduce_fn reduce, double timeout, int cma_allowed,
@@ -95,6 +96,8 @@ cdef extern from "shm_engine.h" nogil:
     int uc_shm_cma(const uc_shm *e)
     const char *uc_shm_cma_reason(const uc_shm *e)
     void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
+    enum: UC_SHM_SPEED_CLASSES
+    int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps)
     int uc_shm_fail(uc_shm *e, const char *op, const char *message)
     void uc_shm_abort(uc_shm *e, const char *why)
     void uc_shm_revoke(uc_shm *e, const char *why)
@@ -266,7 +269,9 @@ cdef class ShmEngine:
     Keyword tuning (``small_bytes``, ``cma_min_bytes``, ``cma_reduce_min_bytes``, ``cma_bcast_max_bytes``,
     ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment; ``cma``: True
     (single-copy reads wherever they may be used), False (never), "auto" (where faster: the creator
-    measures their speed over a plain copy's, or takes ``cma_speed``).
+    measures their speed over a plain copy's, or takes ``cma_speed``; measured, the speeds the
+    transfers then show take over: :attr:`live_speeds`).  ``slot_gbps`` (the creator's, for tests):
+    copies out of a peer's slot take at least their bytes at that speed.
     """
 
     # its fields: _shm.pxd
@@ -278,7 +283,7 @@ cdef class ShmEngine:
     def __init__(self, name, rank, size, create, slot_bytes, reduce_fn, timeout, *, cma=None,
                  small_bytes=None, cma_min_bytes=None, nt_min_bytes=None, cma_reduce_min_bytes=None,
                  cma_bcast_max_bytes=None, spin_ns=None, yield_ns=None, checksum=False, flip_ppm=0,
-                 cma_speed=None):
+                 cma_speed=None, slot_gbps=0):
         cdef uc_shm_error err
         cdef uc_shm_tuning tuning
         cdef uintptr_t fn
@@ -326,6 +331,11 @@ cdef class ShmEngine:
                                   argument="cma_speed")
         else:
             tuning.cma_speed_ppm = max(1, int(cma_speed * 1e6))
+        # the creator's, tests: copies out of a peer's slot slowed to this speed (a slow path between cores)
+        if isinstance(slot_gbps, bool) or not isinstance(slot_gbps, (int, float)) or not 0 <= slot_gbps < 1e4:
+            raise InvalidArgument(f"must be a speed in GB/s in [0, 10000), got {slot_gbps!r}", op="open",
+                                  argument="slot_gbps")
+        tuning.slot_gbps = slot_gbps
         allowed = _cma_mode(cma)
         bname = name.encode()
         cdef const char *cname = bname
@@ -468,6 +478,21 @@ cdef class ShmEngine:
                 # a single-copy read's speed over a plain copy's as the creator measured it (None:
                 # not measured, single-copy wherever possible); use_cma in shm_engine.c reads it
                 "cma_speed": None if t.cma_speed_ppm == UC_SHM_CMA_ALWAYS else t.cma_speed_ppm / 1e6}
+
+    @property
+    def live_speeds(self):
+        """None where the speed ratio is fixed (given, or single-copy wherever possible); else per
+        size class of a call's transfer per peer (its smallest size: 16 KiB << k, the last one
+        taking the rest) a dict of the single-copy over slot speed ratio in force (the same on
+        every rank), and this rank's running estimates in GB/s of copies out of a peer's slot and of
+        single-copy reads (0.0: none yet)."""
+        cdef double ratio[UC_SHM_SPEED_CLASSES]
+        cdef double slot[UC_SHM_SPEED_CLASSES]
+        cdef double cma[UC_SHM_SPEED_CLASSES]
+        if uc_shm_live_speeds(self._live("live_speeds"), ratio, slot, cma):
+            return None
+        return {(16 << 10) << k: {"ratio": ratio[k], "slot_gbps": slot[k], "cma_gbps": cma[k]}
+                for k in range(UC_SHM_SPEED_CLASSES)}
 
     # ------------------------------------------------------------- collectives
     cdef _records(self, header, out, str op):
