@@ -264,8 +264,13 @@ def _agreed_broadcasts(e0, e1, nbytes, calls):
         ) == (True, True)
         assert np.array_equal(x1, a)
         events, _ = e1.take_events()
-        rows.append(({k for k, peer, *_ in events if peer == 0}, e0.live_speeds[nbytes]["ratio"],
-                     e1.live_speeds[nbytes]["ratio"]))
+        rows.append(
+            (
+                {k for k, peer, *_ in events if peer == 0},
+                e0.live_speeds[nbytes]["ratio"],
+                e1.live_speeds[nbytes]["ratio"],
+            )
+        )
     return rows
 
 

@@ -73,9 +73,9 @@
 #define BUCKET_MIN_LOG2 14
 #define VERDICT_ONE 1024u
 #define PROBE_NS 1000000000ULL /* a size class on single-copy reads tries the slots again after this long */
-#define NOPS 4                      /* SUM PROD MAX MIN */
-#define CHECK_NS 10000000ULL        /* health checks: after and every 10 ms of waiting */
-#define SLEEP_NS 10000000L          /* futex sleeps at most this long between checks */
+#define NOPS 4                 /* SUM PROD MAX MIN */
+#define CHECK_NS 10000000ULL   /* health checks: after and every 10 ms of waiting */
+#define SLEEP_NS 10000000L     /* futex sleeps at most this long between checks */
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
 /* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers
@@ -175,16 +175,16 @@ struct uc_shm {
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
     uint32_t cma_speed_ppm;
-    int live;                       /* see uc_hdr.live */
-    float cma_bpns, copy_bpns;      /* see uc_hdr */
-    float est_slot[NBUCKETS];       /* this rank's running speeds (obs_slot, obs_cma), bytes per ns */
+    int live;                  /* see uc_hdr.live */
+    float cma_bpns, copy_bpns; /* see uc_hdr */
+    float est_slot[NBUCKETS];  /* this rank's running speeds (obs_slot, obs_cma), bytes per ns */
     float est_cma[NBUCKETS];
-    uint16_t verdict[NBUCKETS];     /* the speed ratios in force (adopted at the last rendezvous) */
+    uint16_t verdict[NBUCKETS];      /* the speed ratios in force (adopted at the last rendezvous) */
     uint16_t next_verdict[NBUCKETS]; /* rank 0: what it publishes next */
-    uint64_t probed_ns;             /* rank 0: when it last sent single-copy size classes back to the slots */
-    uint64_t judged;                /* rendezvous judged so far (the same count on every rank) */
-    size_t cls;                     /* this call's transfer per peer, for the estimates (0: none) */
-    float slot_gbps;                /* uc_hdr.slot_gbps */
+    uint64_t probed_ns; /* rank 0: when it last sent single-copy size classes back to the slots */
+    uint64_t judged;    /* rendezvous judged so far (the same count on every rank) */
+    size_t cls;         /* this call's transfer per peer, for the estimates (0: none) */
+    float slot_gbps;    /* uc_hdr.slot_gbps */
     uint64_t spin_ns, yield_ns;
     int quick_spins; /* wait_for's spins before its first clock reading */
     uc_shm_reduce_fn reduce;
@@ -799,10 +799,11 @@ size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dr
  * figure is only the start: every rank times its copies out of a peer's slot and its single-copy
  * reads of 4 KiB or more, per size class of the call's transfer per peer (running estimates,
  * obs_*; the slots' figure is that of the copies into a rank's own slot and out of a peer's, which
- * were each seen slow: glibc's memcpy into a slot ran at 2.2 GB/s in one spell); rank 0 turns every rank's into a verdict per class, the highest single-copy over slot
- * speed of any rank (the slowest reader decides), and publishes it with its record; every rank adopts
- * it when that rendezvous is judged, so the ranks of a call choose alike.  A class that went to
- * single-copy reads goes back to the slots for a call every PROBE_NS, to see whether they got fast. */
+ * were each seen slow: glibc's memcpy into a slot ran at 2.2 GB/s in one spell); rank 0 turns every rank's
+ * into a verdict per class, the highest single-copy over slot speed of any rank (the slowest reader decides),
+ * and publishes it with its record; every rank adopts it when that rendezvous is judged, so the ranks of a
+ * call choose alike.  A class that went to single-copy reads goes back to the slots for a call every
+ * PROBE_NS, to see whether they got fast. */
 static inline int bucket_of(size_t n) {
     int b = n ? 63 - __builtin_clzll((unsigned long long)n) - BUCKET_MIN_LOG2 : 0;
     return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : b;
@@ -879,7 +880,8 @@ static inline void live_adopt(uc_shm *e) {
  * transfers are timed in its class. */
 static inline uint32_t speed_ppm(uc_shm *e, size_t bytes) {
     e->cls = bytes;
-    return e->live ? (uint32_t)((uint64_t)e->verdict[bucket_of(bytes)] * 1000000u / VERDICT_ONE) : e->cma_speed_ppm;
+    return e->live ? (uint32_t)((uint64_t)e->verdict[bucket_of(bytes)] * 1000000u / VERDICT_ONE)
+                   : e->cma_speed_ppm;
 }
 
 int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps) {
@@ -1030,7 +1032,7 @@ static int begin_held(uc_shm *e, const char *op, uc_shm_unlock_fn unlock, void *
     }
     e->t_call = 0; /* the first wait reads the clock (wait_for): a call that never waits reads none */
     e->g_call = e->g;
-    e->cls = 0; /* set by the call's use_cma, where it chooses */
+    e->cls = 0;                         /* set by the call's use_cma, where it chooses */
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
         if (p != e->rank && ends_calls(code)) {
@@ -1137,7 +1139,8 @@ static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void 
     copy_out(e, dst, src, n, nt);
     if (e->slot_gbps > 0 && q != e->rank) { /* injected: a slow path between the cores */
         uint64_t until = (s0 ? s0 : now_ns()) + (uint64_t)((double)n / e->slot_gbps);
-        while (now_ns() < until) cpu_relax();
+        while (now_ns() < until)
+            cpu_relax();
     }
     observed(e, 0, n, s0);
     if (q != e->rank) /* a peer's data (not this rank's own, staged in its own slot) */
@@ -2306,9 +2309,10 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
         h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes : (32u << 20);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
         float bpns = 0, copy_bpns = 0;
-        h->cma_speed_ppm = t.cma_speed_ppm                               ? t.cma_speed_ppm
-                           : cma_allowed == 2 && size > 1 && !t.checksum ? measure_cma_speed(&bpns, &copy_bpns)
-                                                                         : UC_SHM_CMA_ALWAYS;
+        h->cma_speed_ppm = t.cma_speed_ppm ? t.cma_speed_ppm
+                           : cma_allowed == 2 && size > 1 && !t.checksum
+                               ? measure_cma_speed(&bpns, &copy_bpns)
+                               : UC_SHM_CMA_ALWAYS;
         h->live = bpns > 0; /* measured: then the transfers' own speeds take over */
         h->cma_bpns = bpns;
         h->copy_bpns = copy_bpns;

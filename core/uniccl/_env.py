@@ -281,7 +281,7 @@ VARS: dict[str, Var] = {
             "bool",
             None,
             "single-copy reads (process_vm_readv) on shared memory: auto (unset) where measured faster "
-            "than the slots, 1 wherever they may be used, 0 never (slot copies)",
+            "than the slots (at open, then as the transfers go), 1 wherever they may be used, 0 never (slot copies)",
             special=(("auto", None),),
         ),
         _v("UNICCL_SHM_SMALL_BYTES", "size", None, "shared-memory tuning: the largest one-round reduction", minimum=0),
