@@ -291,12 +291,16 @@ def test_live_speeds_move_a_size_off_slow_slots_and_probe_back(prefix):
         assert all(r0 == r1 for _, r0, r1 in rows), rows
         kinds = [k for k, _, _ in rows]
         assert kinds[0] == {"copy"}, rows
-        first = kinds.index({"read"})  # moved: the slots' estimate fell below break-even
-        assert first <= 8 and all(k == {"read"} for k in kinds[first:]), rows
+        # moved once the slots' estimate fell below break-even (near it, a dip of the single-copy
+        # estimate on a busy machine may send a call back, whose slow copy moves it again)
+        assert {"read"} in kinds[:9] and kinds[-1] == {"read"}, rows
         time.sleep(1.1)
-        kinds = [k for k, _, _ in _agreed_broadcasts(e0, e1, n, 4)]
-        # the first call after the second carries rank 0's probe; the one after it takes the slots
-        assert kinds == [{"read"}, {"copy"}, {"read"}, {"read"}], kinds
+        rows = _agreed_broadcasts(e0, e1, n, 5)
+        assert all(r0 == r1 for _, r0, r1 in rows), rows
+        kinds = [k for k, _, _ in rows]
+        # the first call after the second carries rank 0's probe, the next takes the slots, and
+        # their slow copy (the probe's figure replaces the estimate) sends the size back for good
+        assert kinds[1] == {"copy"} and kinds[3:] == [{"read"}, {"read"}], rows
     finally:
         e1.close()
         e0.close()
