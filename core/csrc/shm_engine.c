@@ -60,7 +60,7 @@
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
     7 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
-         6: cma_speed_ppm; 7: live speeds (verdict, obs, cma_bpns) */
+         6: cma_speed_ppm; 7: live speeds (verdict, obs_*, cma_bpns, copy_bpns) */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
@@ -158,10 +158,10 @@ typedef struct {
     uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
     uint32_t flip_ppm; /* fault injection: a reader's copy gets a bit flipped, per million copies */
     uint32_t cma_speed_ppm; /* single-copy read over plain copy speed (use_cma), the creator's */
-    uint32_t live;          /* 1: cma_speed_ppm was measured, and live speeds replace it (live_publish) */
-    float cma_bpns;         /* the measure's single-copy read, bytes per ns (live: the prior of obs_cma) */
-    float copy_bpns;        /* ... and its plain copy (the prior of obs_slot) */
-    float slot_gbps;        /* uc_shm_tuning.slot_gbps */
+    float cma_bpns;  /* the measure's single-copy read, bytes per ns (0: not measured; else the speeds go
+                        live, see live_publish, and this is the prior of obs_cma) */
+    float copy_bpns; /* ... and its plain copy (the prior of obs_slot) */
+    float slot_gbps; /* uc_shm_tuning.slot_gbps */
 } uc_hdr;
 
 struct uc_shm {
@@ -175,7 +175,7 @@ struct uc_shm {
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
     uint32_t cma_speed_ppm;
-    int live;                  /* see uc_hdr.live */
+    int live;                  /* uc_hdr.cma_bpns > 0: the speeds go live */
     float cma_bpns, copy_bpns; /* see uc_hdr */
     float est_slot[NBUCKETS];  /* this rank's running speeds (obs_slot, obs_cma), bytes per ns */
     float est_cma[NBUCKETS];
@@ -792,18 +792,16 @@ size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dr
 
 /* ------------------------------------------------------------ live speeds
  * Whether a peer's data is read single-copy or copied through the slots (use_cma) depends on how
- * fast each is on this host, and on a VM that changes for minutes at a time: on 2026-12-05 the
- * slots moved 18-23 GB/s in one spell and 2.2-2.4 GB/s in the next, while single-copy reads kept
- * to 11-13 GB/s and so did both MPIs
- * (docs/performance.md).  So where the creator measured the speeds at open (cma_speed_ppm), that
- * figure is only the start: every rank times its copies out of a peer's slot and its single-copy
- * reads of 4 KiB or more, per size class of the call's transfer per peer (running estimates,
- * obs_*; the slots' figure is that of the copies into a rank's own slot and out of a peer's, which
- * were each seen slow: glibc's memcpy into a slot ran at 2.2 GB/s in one spell); rank 0 turns every rank's
- * into a verdict per class, the highest single-copy over slot speed of any rank (the slowest reader decides),
- * and publishes it with its record; every rank adopts it when that rendezvous is judged, so the ranks of a
- * call choose alike.  A class that went to single-copy reads goes back to the slots for a call every
- * PROBE_NS, to see whether they got fast. */
+ * fast each is on this host, and a VM changes for minutes at a time: on 2026-12-05 the slot paths
+ * moved 18-23 GB/s in one spell and 1.5-2.5 GB/s in the next (most of a slow call in the root's
+ * copy into its slot), while single-copy reads and both MPIs kept their speed (docs/performance.md).
+ * So where the creator measured the speeds at open (cma_bpns), that is only the start: every rank
+ * times its copies into its own slot and out of a peer's, and its single-copy reads, of 4 KiB or
+ * more, per size class of the call's transfer per peer (running estimates, obs_*); rank 0 turns
+ * them into a verdict per class, the highest single-copy over slot speed of any rank (the slowest
+ * decides), and publishes it with its record; every rank adopts it when that rendezvous is judged,
+ * so the ranks of a call choose alike.  A class on single-copy reads goes back to the slots for one
+ * call every PROBE_NS, to see whether they got fast. */
 static inline int bucket_of(size_t n) {
     int b = n ? 63 - __builtin_clzll((unsigned long long)n) - BUCKET_MIN_LOG2 : 0;
     return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : b;
@@ -2313,8 +2311,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                            : cma_allowed == 2 && size > 1 && !t.checksum
                                ? measure_cma_speed(&bpns, &copy_bpns)
                                : UC_SHM_CMA_ALWAYS;
-        h->live = bpns > 0; /* measured: then the transfers' own speeds take over */
-        h->cma_bpns = bpns;
+        h->cma_bpns = bpns; /* measured: then the transfers' own speeds take over */
         h->copy_bpns = copy_bpns;
         h->slot_gbps = t.slot_gbps > 0 ? t.slot_gbps : 0;
         h->creator_pid = getpid();
@@ -2359,7 +2356,7 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->cma_bcast_max_bytes = h->cma_bcast_max_bytes;
     e->cma_speed_ppm = h->cma_speed_ppm;
-    e->live = (int)h->live;
+    e->live = h->cma_bpns > 0;
     e->cma_bpns = h->cma_bpns;
     e->copy_bpns = h->copy_bpns;
     e->slot_gbps = h->slot_gbps;
