@@ -79,7 +79,8 @@ def worker(args) -> int:
     import uniccl_cpu
     from mpi4py import MPI
 
-    from uniccl.transport.shm._shm import DEFAULT_SLOT_BYTES, ShmEngine
+    from uniccl.transport.shm._shm import ShmEngine
+    from uniccl.transport.shm.attach import DEFAULT_SLOT_BYTES
 
     world = MPI.COMM_WORLD
     r, n = world.rank, world.size
@@ -222,7 +223,10 @@ def main() -> int:
     ap.add_argument("--sizes", default=None, help="comma-separated byte counts (default 8 B..256 MiB x4)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
-        "--slot", type=int, default=0, help="slot_bytes (default: uniccl.transport.shm._shm.DEFAULT_SLOT_BYTES)"
+        "--slot",
+        type=int,
+        default=0,
+        help="slot_bytes (default: the communicator's, uniccl.transport.shm.attach.DEFAULT_SLOT_BYTES)",
     )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="also write every row here")

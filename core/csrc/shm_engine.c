@@ -59,23 +59,28 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    7 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
-         6: cma_speed_ppm; 7: live speeds (verdict, obs_*, cma_bpns, copy_bpns) */
+    8 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
+         6: cma_speed_ppm; 7: live speeds; 8: live choices per collective from whole calls (choice, obs) */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
 #define BOX_BYTES 1024                                    /* see uc_box */
 #define INLINE_BYTES (BOX_BYTES - NREC * sizeof(int64_t)) /* a call's payload that fits a box */
 #define NDTYPES 12
-/* Live speeds (see "live speeds" below): transfers from 16 KiB per peer, by power of two, the last
- * bucket taking the rest; verdicts in units of 1/VERDICT_ONE of a speed ratio */
+/* Live choices (see "live choices" below): per collective with a choice (UC_SHM_COLL_*, barrier has
+ * none) and size class of its transfer per peer, from 16 KiB by powers of two, the last class taking
+ * the rest; a choice is 2 bits (CHOICE_*), NCHOICE_BITS of them by parity in rank 0's ready line */
 #define NBUCKETS UC_SHM_SPEED_CLASSES
 #define BUCKET_MIN_LOG2 14
-#define VERDICT_ONE 1024u
-#define PROBE_NS 1000000000ULL /* a size class on single-copy reads tries the slots again after this long */
-#define NOPS 4                 /* SUM PROD MAX MIN */
-#define CHECK_NS 10000000ULL   /* health checks: after and every 10 ms of waiting */
-#define SLEEP_NS 10000000L     /* futex sleeps at most this long between checks */
+#define NCOLLS (UC_SHM_COLL_SCATTER + 1)
+#define NCHOICE_WORDS 2 /* (NCOLLS - 1) * NBUCKETS choices of 2 bits in 64-bit words */
+enum { CHOICE_MODEL = 0, CHOICE_SLOTS = 1, CHOICE_CMA = 2 };
+_Static_assert((NCOLLS - 1) * NBUCKETS * 2 <= NCHOICE_WORDS * 64, "the choices fit their words");
+#define PROBE_NS 1000000000ULL      /* the path a choice left is timed again after this long */
+#define EXPLORE 4                   /* a class's first calls on each path where the two are near (decide) */
+#define NOPS 4                      /* SUM PROD MAX MIN */
+#define CHECK_NS 10000000ULL        /* health checks: after and every 10 ms of waiting */
+#define SLEEP_NS 10000000L          /* futex sleeps at most this long between checks */
 #define OPEN_WAIT_NS 10000000000ULL /* attach: wait this long for the creator's header */
 
 /* ABORT_TIMEOUT: this rank's call timed out waiting for the ranks in abort_missing; peers
@@ -103,9 +108,9 @@ typedef struct {
                          * data in the same rendezvous (uc_shm_agreed), 0 after an agreement alone */
     uint64_t pub_addr;  /* ready line: buffers published for single-copy reads/writes (pid: uc_ctrl) */
     uint64_t pub_addr2; /* ... the second one (a reduction's recv) */
-    /* ready line of rank 0: its verdict on single-copy reads against the slots per size class
-     * (live_publish), double-buffered by the parity of the rendezvous it rides on */
-    uint16_t verdict[2][NBUCKETS];
+    /* ready line of rank 0: its choices between single-copy reads and the slots (live_publish),
+     * double-buffered by the parity of the rendezvous they ride on */
+    uint64_t choice[2][NCHOICE_WORDS];
     /* ready line: the call's record (agree_impl, rec_publish), in the 64 bytes after the
      * signal's: a peer that sees the signal has the record's line on its way (the adjacent-line
      * prefetcher moves the pair), not a third line to fetch */
@@ -144,9 +149,14 @@ typedef struct {
     int32_t abort_nmissing;
     int32_t abort_missing[MAX_MISSING];
     uc_box box[2]; /* by chunk parity; ready.with_data == 2: the record of the rendezvous is here */
-    /* this rank's running estimates, bytes per ns (float bits; 0 none yet), of copies out of a
-     * peer's slot and of single-copy reads, per size class: read by rank 0 (live_publish) */
-    _Alignas(LINE) _Atomic uint32_t obs_slot[NBUCKETS], obs_cma[NBUCKETS];
+    /* this rank's running estimates of whole calls' speeds, bytes of transfer per peer per ns (float
+     * bits; 0 none yet), per collective, size class and path (0 slots, 1 single-copy): rank 0 reads
+     * them (live_publish) */
+    _Alignas(LINE) _Atomic uint32_t obs[NCOLLS][NBUCKETS][2];
+    /* when this rank chose its path in its call number path_seq that chose (choose_cma): a peer times
+     * the call from the last rank's arrival (path_timed), not from its own early one */
+    _Alignas(LINE) _Atomic uint64_t path_seq;
+    _Atomic uint64_t path_t0;
 } uc_ctrl;
 
 typedef struct {
@@ -158,10 +168,8 @@ typedef struct {
     uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
     uint32_t flip_ppm; /* fault injection: a reader's copy gets a bit flipped, per million copies */
     uint32_t cma_speed_ppm; /* single-copy read over plain copy speed (use_cma), the creator's */
-    float cma_bpns;  /* the measure's single-copy read, bytes per ns (0: not measured; else the speeds go
-                        live, see live_publish, and this is the prior of obs_cma) */
-    float copy_bpns; /* ... and its plain copy (the prior of obs_slot) */
-    float slot_gbps; /* uc_shm_tuning.slot_gbps */
+    uint32_t live;          /* 1: cma_speed_ppm was measured, and the choices go live (live_publish) */
+    float slot_gbps;        /* uc_shm_tuning.slot_gbps */
 } uc_hdr;
 
 struct uc_shm {
@@ -175,16 +183,20 @@ struct uc_shm {
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
     uint32_t cma_speed_ppm;
-    int live;                  /* uc_hdr.cma_bpns > 0: the speeds go live */
-    float cma_bpns, copy_bpns; /* see uc_hdr */
-    float est_slot[NBUCKETS];  /* this rank's running speeds (obs_slot, obs_cma), bytes per ns */
-    float est_cma[NBUCKETS];
-    uint16_t verdict[NBUCKETS];      /* the speed ratios in force (adopted at the last rendezvous) */
-    uint16_t next_verdict[NBUCKETS]; /* rank 0: what it publishes next */
-    uint64_t probed_ns; /* rank 0: when it last sent single-copy size classes back to the slots */
-    uint64_t judged;    /* rendezvous judged so far (the same count on every rank) */
-    size_t cls;         /* this call's transfer per peer, for the estimates (0: none) */
-    float slot_gbps;    /* uc_hdr.slot_gbps */
+    int live;                                 /* uc_hdr.live */
+    float est[NCOLLS][NBUCKETS][2];           /* this rank's running speeds (obs), bytes per ns */
+    uint64_t sampled_ns[NCOLLS][NBUCKETS][2]; /* ... when last timed */
+    uint32_t samples[NCOLLS][NBUCKETS][2];    /* ... how many calls timed (the first is cold) */
+    uint8_t used[NCOLLS];                     /* rank 0: size classes (bits) of the calls that chose */
+    uint64_t probed_ns[NCOLLS][NBUCKETS];     /* rank 0: when it last sent a class to the path it left */
+    uint64_t choice[NCHOICE_WORDS];           /* the choices in force (adopted at the last rendezvous) */
+    uint64_t next_choice[NCHOICE_WORDS];      /* rank 0: what it publishes next */
+    uint64_t judged;                          /* rendezvous judged so far (the same count on every rank) */
+    size_t cls;          /* this call's transfer per peer where it chose a path (0: none) */
+    int path_coll, path; /* ... its collective and path (0 slots, 1 single-copy) */
+    uint64_t t_path;     /* ... when it chose */
+    uint64_t chosen;     /* calls that chose so far (the same count on every rank) */
+    float slot_gbps;     /* uc_hdr.slot_gbps */
     uint64_t spin_ns, yield_ns;
     int quick_spins; /* wait_for's spins before its first clock reading */
     uc_shm_reduce_fn reduce;
@@ -790,18 +802,20 @@ size_t uc_shm_take_events(uc_shm *e, uc_shm_event *out, size_t max, uint64_t *dr
     return n;
 }
 
-/* ------------------------------------------------------------ live speeds
+/* ------------------------------------------------------------ live choices
  * Whether a peer's data is read single-copy or copied through the slots (use_cma) depends on how
  * fast each is on this host, and a VM changes for minutes at a time: on 2026-12-05 the slot paths
- * moved 18-23 GB/s in one spell and 1.5-2.5 GB/s in the next (most of a slow call in the root's
- * copy into its slot), while single-copy reads and both MPIs kept their speed (docs/performance.md).
- * So where the creator measured the speeds at open (cma_bpns), that is only the start: every rank
- * times its copies into its own slot and out of a peer's, and its single-copy reads, of 4 KiB or
- * more, per size class of the call's transfer per peer (running estimates, obs_*); rank 0 turns
- * them into a verdict per class, the highest single-copy over slot speed of any rank (the slowest
- * decides), and publishes it with its record; every rank adopts it when that rendezvous is judged,
- * so the ranks of a call choose alike.  A class on single-copy reads goes back to the slots for one
- * call every PROBE_NS, to see whether they got fast. */
+ * moved 18-23 GB/s in one spell and 1.5-2.5 GB/s in the next while single-copy reads and both MPIs
+ * kept their speed (docs/performance.md).  And the break-even speeds counted from copies (`need`)
+ * miss what a path costs beside its copies (at 2 ranks a 128 KiB all_gather was faster single-copy
+ * where the copies' speeds said the slots).  So where the creator measured the speeds at open
+ * (uc_hdr.live), that only starts it: every rank times each call that chose a path, from the choice
+ * to the call's end, per collective and size class of its transfer per peer (running estimates,
+ * obs); rank 0 chooses per class the path whose slowest rank was faster and publishes its choices
+ * with its record; every rank adopts them when that rendezvous is judged, so the ranks of a call
+ * choose alike.  A class's first calls take each path twice (the first of each is cold), up to
+ * EXPLORE times where the two are near; then the path it left gets one call every PROBE_NS, to see
+ * whether it got faster. */
 static inline int bucket_of(size_t n) {
     int b = n ? 63 - __builtin_clzll((unsigned long long)n) - BUCKET_MIN_LOG2 : 0;
     return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : b;
@@ -819,88 +833,132 @@ static inline float bits_float(uint32_t u) {
     return f;
 }
 
-static inline uint16_t verdict_of(double ratio) {
-    double v = ratio * VERDICT_ONE + 0.5;
-    return v < 1 ? 1 : v > 65535 ? 65535 : (uint16_t)v;
+static inline int choice_of(const uint64_t *words, int coll, int b) {
+    unsigned i = (unsigned)(coll - 1) * NBUCKETS + (unsigned)b;
+    return (int)(words[i / 32] >> (i % 32 * 2)) & 3;
 }
 
-/* The start of a timed transfer: 0 when it is not timed. */
-static inline uint64_t timed(uc_shm *e, size_t n) {
-    return e->live && e->cls && n >= 4096 ? now_ns() : 0;
+static inline void set_choice(uint64_t *words, int coll, int b, int c) {
+    unsigned i = (unsigned)(coll - 1) * NBUCKETS + (unsigned)b;
+    words[i / 32] = (words[i / 32] & ~(3ULL << (i % 32 * 2))) | ((uint64_t)c << (i % 32 * 2));
 }
 
-/* A transfer of n bytes begun at t0 (timed()) from a slot (cma 0) or single-copy (1). */
-static void observed(uc_shm *e, int cma, size_t n, uint64_t t0) {
-    if (!t0) return;
-    int b = bucket_of(e->cls);
-    uint64_t ns = now_ns() - t0;
-    float v = (float)n / (float)(ns ? ns : 1), *est = cma ? e->est_cma : e->est_slot;
-    /* from the open's measure (a first call's copies take page faults and cold caches: one such
-     * figure alone would decide), but a probe's (the first news of the slots in a while) replaces it */
-    if (est[b] == 0) est[b] = cma ? e->cma_bpns : e->copy_bpns;
-    est[b] = !cma && e->verdict[b] == 0 ? v : 0.75f * est[b] + 0.25f * v;
-    _Atomic uint32_t *obs = cma ? &e->ctrl[e->rank].obs_cma[b] : &e->ctrl[e->rank].obs_slot[b];
-    atomic_store_explicit(obs, float_bits(est[b]), memory_order_relaxed);
+/* Whether this call of `coll` reads single-copy (its transfer per peer `bytes`): the choice in
+ * force, or where there is none yet the open's measure against the collective's break-even `need`. */
+static int choose_cma(uc_shm *e, int coll, size_t bytes, uint32_t need) {
+    if (!e->live) return e->cma_speed_ppm >= need;
+    int b = bucket_of(bytes), c = choice_of(e->choice, coll, b);
+    int cma = c == CHOICE_MODEL ? e->cma_speed_ppm >= need : c == CHOICE_CMA;
+    e->cls = bytes, e->path_coll = coll, e->path = cma;
+    if (e->rank == 0) e->used[coll] |= (uint8_t)(1u << b);
+    e->t_path = now_ns();
+    uc_ctrl *me = &e->ctrl[e->rank];
+    atomic_store_explicit(&me->path_seq, 0, memory_order_relaxed); /* t0 changing */
+    atomic_store_explicit(&me->path_t0, e->t_path, memory_order_release);
+    atomic_store_explicit(&me->path_seq, ++e->chosen, memory_order_release);
+    return cma;
 }
 
-/* Rank 0, before the READY signal of a rendezvous that carries records: its verdict for the calls
- * after it, from every rank's estimates where `fresh` (a call that may move data), else the last. */
+/* When the last rank of this call arrived at its choice (this rank's own time where a peer's is
+ * gone: it is in its next call already, which it cannot start before this rank's end). */
+static uint64_t last_arrival(uc_shm *e) {
+    uint64_t t = e->t_path;
+    for (int q = 0; q < e->size; q++) {
+        if (q == e->rank) continue;
+        uc_ctrl *c = &e->ctrl[q];
+        if (atomic_load_explicit(&c->path_seq, memory_order_acquire) != e->chosen) continue;
+        uint64_t t0 = atomic_load_explicit(&c->path_t0, memory_order_acquire);
+        if (atomic_load_explicit(&c->path_seq, memory_order_acquire) == e->chosen && t0 > t) t = t0;
+    }
+    return t;
+}
+
+/* The end of a call that chose (choose_cma): its speed into its class's estimate of its path, from the
+ * last rank's arrival (a rank that waited for a late peer did not spend that on its path).  The
+ * path's first figure (a cold call: page faults, caches) is replaced by the second, which the best of
+ * the next EXPLORE - 2 betters (one VM-noisy figure would decide); a probe's, the first after
+ * PROBE_NS on the path left for the other (news), replaces it too (not the first after a pause of
+ * the job's: the path in use keeps its figure); after, one figure moves it by at most an eighth down or a
+ * quarter up, so that one descheduled call does not move a class, while a change that lasts does. */
+static void path_timed(uc_shm *e) {
+    int c = e->path_coll, b = bucket_of(e->cls), p = e->path;
+    uint64_t t = now_ns(), t0 = last_arrival(e), ns = t > t0 ? t - t0 : 0;
+    uint32_t k = e->samples[c][b][p];
+    uint64_t *when = e->sampled_ns[c][b];
+    float v = (float)e->cls / (float)(ns ? ns : 1), *est = &e->est[c][b][p];
+    if (k < 2 || (t - when[p] >= PROBE_NS && when[p] < when[!p])) {
+        *est = v;
+    } else if (k < EXPLORE) {
+        if (v > *est) *est = v;
+    } else {
+        float lo = 0.5f * *est, hi = 2.0f * *est;
+        *est = 0.75f * *est + 0.25f * (v < lo ? lo : v > hi ? hi : v);
+    }
+    e->samples[c][b][p] = k + 1;
+    when[p] = t;
+    atomic_store_explicit(&e->ctrl[e->rank].obs[c][b][p], float_bits(*est), memory_order_relaxed);
+}
+
+/* The slowest rank's estimate of a class's path (0: none yet). */
+static float slowest(uc_shm *e, int c, int b, int p) {
+    float worst = 0;
+    for (int q = 0; q < e->size; q++) {
+        float v = bits_float(atomic_load_explicit(&e->ctrl[q].obs[c][b][p], memory_order_relaxed));
+        if (v > 0 && (worst == 0 || v < worst)) worst = v;
+    }
+    return worst;
+}
+
+/* Rank 0's choice for the next calls of class b of collective c (at time t). */
+static int decide(uc_shm *e, int c, int b, uint64_t t) {
+    const uint32_t *k = e->samples[c][b];
+    float slots = slowest(e, c, b, 0), cma = slowest(e, c, b, 1);
+    /* the path timed fewer times (the slots on a tie) until both were timed warm, and on near a tie
+     * (within 1.5x) until both were timed EXPLORE times: a clear loser costs a few calls only */
+    if (k[0] < 2 || k[1] < 2 ||
+        ((k[0] < EXPLORE || k[1] < EXPLORE) && cma < 1.5f * slots && slots < 1.5f * cma))
+        return k[0] <= k[1] ? CHOICE_SLOTS : CHOICE_CMA;
+    int best = cma > slots;
+    if (t - e->sampled_ns[c][b][!best] >= PROBE_NS && t - e->probed_ns[c][b] >= PROBE_NS) {
+        e->probed_ns[c][b] = t; /* the other path, this once (its call is timed after the next publish) */
+        best = !best;
+    }
+    return best ? CHOICE_CMA : CHOICE_SLOTS;
+}
+
+/* Rank 0, before the READY signal of a rendezvous that carries records: its choices for the calls
+ * after it, anew where `fresh` (a call that may move data), else the last. */
 static void live_publish(uc_shm *e, int fresh) {
     if (!e->live || e->rank != 0) return;
     if (fresh) {
         uint64_t t = now_ns();
-        int probe = t - e->probed_ns >= PROBE_NS;
-        for (int b = 0; b < NBUCKETS; b++) {
-            double worst = -1;
-            for (int q = 0; q < e->size; q++) {
-                uc_ctrl *c = &e->ctrl[q];
-                double sl = bits_float(atomic_load_explicit(&c->obs_slot[b], memory_order_relaxed));
-                double cm = bits_float(atomic_load_explicit(&c->obs_cma[b], memory_order_relaxed));
-                if (sl <= 0) continue;
-                if (cm <= 0) cm = e->cma_bpns;
-                if (cm / sl > worst) worst = cm / sl;
+        for (int c = 1; c < NCOLLS; c++)
+            for (unsigned bits = e->used[c]; bits; bits &= bits - 1) {
+                int b = __builtin_ctz(bits);
+                set_choice(e->next_choice, c, b, decide(e, c, b, t));
             }
-            uint16_t v = worst < 0 ? verdict_of(e->cma_speed_ppm / 1e6) : verdict_of(worst);
-            e->next_verdict[b] = probe && v >= VERDICT_ONE / 4 ? 0 : v; /* 0: the slots, this once */
-        }
-        if (probe) e->probed_ns = t;
     }
-    memcpy(e->ctrl[0].ready.verdict[e->judged & 1], e->next_verdict, sizeof e->next_verdict);
+    memcpy(e->ctrl[0].ready.choice[e->judged & 1], e->next_choice, sizeof e->next_choice);
 }
 
-/* Every rank, once a rendezvous with records is judged: rank 0's verdict published with it. */
+/* Every rank, once a rendezvous with records is judged: rank 0's choices published with it. */
 static inline void live_adopt(uc_shm *e) {
-    if (e->live) memcpy(e->verdict, e->ctrl[0].ready.verdict[e->judged & 1], sizeof e->verdict);
+    if (e->live) memcpy(e->choice, e->ctrl[0].ready.choice[e->judged & 1], sizeof e->choice);
     e->judged++;
 }
 
-/* The single-copy over slot speed ratio (ppm) for a transfer of `bytes` per peer; this call's
- * transfers are timed in its class. */
-static inline uint32_t speed_ppm(uc_shm *e, size_t bytes) {
-    e->cls = bytes;
-    return e->live ? (uint32_t)((uint64_t)e->verdict[bucket_of(bytes)] * 1000000u / VERDICT_ONE)
-                   : e->cma_speed_ppm;
-}
-
-int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps) {
-    if (!e->live) return UC_SHM_EINVAL;
+int uc_shm_live_choices(const uc_shm *e, int coll, int *choice, double *slot_gbps, double *cma_gbps) {
+    if (!e->live || coll < 1 || coll >= NCOLLS) return UC_SHM_EINVAL;
     for (int b = 0; b < NBUCKETS; b++) {
-        if (ratio) ratio[b] = (double)e->verdict[b] / VERDICT_ONE;
-        if (slot_gbps) slot_gbps[b] = e->est_slot[b];
-        if (cma_gbps) cma_gbps[b] = e->est_cma[b];
+        if (choice) choice[b] = choice_of(e->choice, coll, b);
+        if (slot_gbps) slot_gbps[b] = e->est[coll][b][0];
+        if (cma_gbps) cma_gbps[b] = e->est[coll][b][1];
     }
     return UC_SHM_OK;
 }
 
-/* A copy into this rank's own slot: the slots' speed is this and the peers' copies out (take). */
-static inline void copy_in(uc_shm *e, void *dst, const void *src, size_t n) {
-    uint64_t t0 = timed(e, n);
-    copy_mem(dst, src, n);
-    observed(e, 0, n, t0);
-}
-
 static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n) {
-    uint64_t t0 = wall_ns(e), s0 = timed(e, n);
+    uint64_t t0 = wall_ns(e);
     size_t total = n;
     char *dst = local;
     while (n) {
@@ -911,7 +969,6 @@ static int cma_read(uc_shm *e, int peer, void *local, uint64_t remote, size_t n)
         if (got == 0) return FAIL(e, UC_SHM_ESYS, "process_vm_readv from rank %d made no progress", peer);
         dst += got, remote += (uint64_t)got, n -= (size_t)got;
     }
-    observed(e, 1, total, s0);
     event(e, t0, UC_SHM_EV_READ, peer, total);
     return UC_SHM_OK;
 }
@@ -1030,7 +1087,7 @@ static int begin_held(uc_shm *e, const char *op, uc_shm_unlock_fn unlock, void *
     }
     e->t_call = 0; /* the first wait reads the clock (wait_for): a call that never waits reads none */
     e->g_call = e->g;
-    e->cls = 0;                         /* set by the call's use_cma, where it chooses */
+    e->cls = 0;                         /* set by the call's choose_cma, where it chooses */
     for (int p = 0; p < e->size; p++) { /* a peer already gave up: fail now, not half way */
         int code = atomic_load_explicit(&e->ctrl[p].abort_code, memory_order_relaxed);
         if (p != e->rank && ends_calls(code)) {
@@ -1056,6 +1113,7 @@ static int begin(uc_shm *e, const char *op) {
 
 static int end(uc_shm *e, int rc) {
     nt_fence(e);
+    if (e->cls && rc == UC_SHM_OK) path_timed(e);
     e->unlock = NULL;
     atomic_store_explicit(&e->busy, 0, memory_order_release);
     return rc;
@@ -1133,14 +1191,13 @@ static int corrupt(uc_shm *e, int q, uint64_t g, int region, const char *what) {
 
 /* copy_out of a region of rank q's slot, checked and copied again on a mismatch */
 static int take(uc_shm *e, int q, uint64_t g, int region, void *dst, const void *src, size_t n, int nt) {
-    uint64_t t0 = wall_ns(e), s0 = q != e->rank ? timed(e, n) : 0;
+    uint64_t t0 = wall_ns(e), s0 = e->slot_gbps > 0 && q != e->rank ? now_ns() : 0;
     copy_out(e, dst, src, n, nt);
-    if (e->slot_gbps > 0 && q != e->rank) { /* injected: a slow path between the cores */
-        uint64_t until = (s0 ? s0 : now_ns()) + (uint64_t)((double)n / e->slot_gbps);
+    if (s0) { /* injected: a slow path between the cores */
+        uint64_t until = s0 + (uint64_t)((double)n / e->slot_gbps);
         while (now_ns() < until)
             cpu_relax();
     }
-    observed(e, 0, n, s0);
     if (q != e->rank) /* a peer's data (not this rank's own, staged in its own slot) */
         event(e, t0, UC_SHM_EV_COPY, q, n);
     if (!e->checksum || !n) return UC_SHM_OK;
@@ -1184,8 +1241,8 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
     WAIT_SLOT(e, g);
     uint8_t *s = slot(e, e->rank, g);
     part(m, e->size, e->rank, isz, &lo, &hi);
-    copy_in(e, s, src, lo * isz);
-    copy_in(e, s + hi * isz, src + hi * isz, (m - hi) * isz);
+    copy_mem(s, src, lo * isz);
+    copy_mem(s + hi * isz, src + hi * isz, (m - hi) * isz);
     if (e->checksum)
         for (int q = 0; q < e->size; q++) {
             size_t a, b;
@@ -1199,7 +1256,7 @@ static int stage_parts(uc_shm *e, uint64_t g, const char *src, size_t m, size_t 
 /* Copy my chunk g into my slot and signal ready. */
 static int stage(uc_shm *e, uint64_t g, const void *src, size_t nbytes) {
     WAIT_SLOT(e, g);
-    copy_in(e, slot(e, e->rank, g), src, nbytes);
+    copy_mem(slot(e, e->rank, g), src, nbytes);
     seal(e, g, WHOLE(e), slot(e, e->rank, g), nbytes);
     sig(e, OFF_READY, g + 1);
     return UC_SHM_OK;
@@ -1480,10 +1537,10 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
 
 #define PPM(x) ((uint32_t)((x) * 1e6)) /* a speed ratio in the units of cma_speed_ppm */
 
-static inline int use_cma_reduce(uc_shm *e, size_t part_bytes) {
+static inline int use_cma_reduce(uc_shm *e, int coll, size_t part_bytes) {
     /* single-copy pulls replace the slots' copies in one for one: they must be about as fast */
     return e->cma == 1 && e->cma_reduce_min_bytes && part_bytes >= e->cma_reduce_min_bytes &&
-           speed_ppm(e, part_bytes) >= PPM(0.9);
+           choose_cma(e, coll, part_bytes, PPM(0.9));
 }
 
 static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, int dtype, int op) {
@@ -1505,7 +1562,7 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
         rc = reduce_boxed(e, send, recv, count, dtype, op, -1);
     else if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, -1);
-    else if (use_cma_reduce(e, nbytes / (size_t)e->size))
+    else if (use_cma_reduce(e, UC_SHM_COLL_ALL_REDUCE, nbytes / (size_t)e->size))
         rc = reduce_cma(e, send, recv, lo * isz, lo * isz, hi - lo, isz, dtype, op, -1);
     else
         rc = reduce_pipe(e, send, recv, count, isz, dtype, op, -1);
@@ -1564,7 +1621,7 @@ static int reduce_impl(uc_shm *e, const void *send, void *recv, size_t count, in
         rc = reduce_boxed(e, send, recv, count, dtype, op, root);
     else if (nbytes <= e->small_bytes)
         rc = reduce_small(e, send, recv, count, isz, dtype, op, root);
-    else if (use_cma_reduce(e, nbytes / (size_t)e->size))
+    else if (use_cma_reduce(e, UC_SHM_COLL_REDUCE, nbytes / (size_t)e->size))
         rc = reduce_cma(e, send, is_root ? recv : NULL, lo * isz, lo * isz, hi - lo, isz, dtype, op, root);
     else if (e->size == 2)
         rc = reduce_pair(e, send, recv, count, isz, dtype, op, root);
@@ -1602,7 +1659,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
         sig(e, OFF_CONSUMED, g + 1);
         return UC_SHM_OK;
     }
-    if (use_cma_reduce(e, bbytes))
+    if (use_cma_reduce(e, UC_SHM_COLL_REDUCE_SCATTER, bbytes))
         return reduce_cma(e, send, recv, (size_t)me * bbytes, 0, count, isz, dtype, op, -2);
     size_t mb = (e->slot_bytes / (size_t)n) / 64 * 64 / isz; /* elements per block per chunk */
     if (!mb) mb = 1;
@@ -1618,7 +1675,7 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me || inplace) {
-                    copy_in(e, s + (size_t)q * mb * isz, send + ((size_t)q * count + off) * isz, m * isz);
+                    copy_mem(s + (size_t)q * mb * isz, send + ((size_t)q * count + off) * isz, m * isz);
                     seal(e, g, q, s + (size_t)q * mb * isz, m * isz);
                 }
             sig(e, OFF_READY, g + 1);
@@ -1648,8 +1705,8 @@ static int reduce_scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t
  * its slot overlaps the peers' copies out: the slots move at about one copy's speed) 0.9;
  * all_gather n-1 reads against n copies per rank, (n-1)/n; all_to_all n-1 reads against 2(n-1)
  * copies, 0.5; scatter one read per peer, in parallel, against the root's n-1 copies in, 0.9/(n-1). */
-static inline int use_cma(uc_shm *e, size_t per_peer_bytes, uint32_t need) {
-    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && speed_ppm(e, per_peer_bytes) >= need;
+static inline int use_cma(uc_shm *e, int coll, size_t per_peer_bytes, uint32_t need) {
+    return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && choose_cma(e, coll, per_peer_bytes, need);
 }
 
 static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
@@ -1667,7 +1724,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, nbytes, PPM(0.9)) && nbytes < e->cma_bcast_max_bytes) {
+    if (nbytes < e->cma_bcast_max_bytes && use_cma(e, UC_SHM_COLL_BROADCAST, nbytes, PPM(0.9))) {
         uint64_t g = e->g++;
         if (me == root) {
             publish(e, buf);
@@ -1729,7 +1786,7 @@ static int all_gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb, PPM((n - 1.0) / n))) {
+    if (use_cma(e, UC_SHM_COLL_ALL_GATHER, bb, PPM((n - 1.0) / n))) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
@@ -1788,7 +1845,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb, PPM(0.5))) {
+    if (use_cma(e, UC_SHM_COLL_ALL_TO_ALL, bb, PPM(0.5))) {
         uint64_t g = e->g++;
         publish(e, send);
         sig(e, OFF_READY, g + 1);
@@ -1814,7 +1871,7 @@ static int all_to_all_impl(uc_shm *e, const void *send_, void *recv_, size_t bb)
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me) {
-                    copy_in(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    copy_mem(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
@@ -1860,7 +1917,7 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb, PPM(0.9))) {
+    if (use_cma(e, UC_SHM_COLL_GATHER, bb, PPM(0.9))) {
         uint64_t g = e->g++;
         if (is_root) {
             CHECKED(rec_meet(e, g, 0));
@@ -1923,7 +1980,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
         return UC_SHM_OK;
     }
     CHECKED(rec_publish(e));
-    if (use_cma(e, bb, PPM(0.9 / (n - 1)))) {
+    if (use_cma(e, UC_SHM_COLL_SCATTER, bb, PPM(0.9 / (n - 1)))) {
         uint64_t g = e->g++;
         if (is_root) {
             publish(e, send);
@@ -1950,7 +2007,7 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
                 if (q != me) {
-                    copy_in(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m);
+                    copy_mem(s + (size_t)q * mb, send + (size_t)q * bb + off, m);
                     seal(e, g, q, s + (size_t)q * mb, m);
                 }
             sig(e, OFF_READY, g + 1);
@@ -2134,7 +2191,7 @@ static int cpu_count(void) {
  * it was 0.4x on one day and about 1x on another (the kernel pins every page it copies, and what
  * that costs varies), and it decides whether the single-copy reads or the slots win (use_cma).
  * About 2 ms of the creator's open, once (most of it the first touch of the buffers). */
-static uint32_t measure_cma_speed(float *cma_bpns, float *copy_bpns) {
+static uint32_t measure_cma_speed(void) {
     const size_t n = 1u << 20, skew = 16; /* a numpy array's data lies 16 bytes into its page */
     char *a = mmap(NULL, 2 * n + 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                    -1, 0); /* populated: no page faults in what is timed (nor a trap per page) */
@@ -2157,8 +2214,6 @@ static uint32_t measure_cma_speed(float *cma_bpns, float *copy_bpns) {
         if (t2 - t1 < best_copy) best_copy = t2 - t1;
     }
     munmap(a, 2 * n + 2 * PAGE);
-    *cma_bpns = best_cma && best_copy ? (float)n / (float)best_cma : 0;
-    *copy_bpns = best_copy ? (float)n / (float)best_copy : 0;
     double ppm = best_cma ? 1e6 * (double)best_copy / (double)best_cma : 1e6;
     return ppm >= (double)(UC_SHM_CMA_ALWAYS - 1) ? UC_SHM_CMA_ALWAYS - 1 : ppm < 1 ? 1 : (uint32_t)ppm;
 }
@@ -2306,13 +2361,11 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                                                                        : (256u << 10);
         h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes : (32u << 20);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
-        float bpns = 0, copy_bpns = 0;
+        int measure = !t.cma_speed_ppm && cma_allowed == 2 && size > 1 && !t.checksum;
         h->cma_speed_ppm = t.cma_speed_ppm ? t.cma_speed_ppm
-                           : cma_allowed == 2 && size > 1 && !t.checksum
-                               ? measure_cma_speed(&bpns, &copy_bpns)
-                               : UC_SHM_CMA_ALWAYS;
-        h->cma_bpns = bpns; /* measured: then the transfers' own speeds take over */
-        h->copy_bpns = copy_bpns;
+                           : measure       ? measure_cma_speed()
+                                           : UC_SHM_CMA_ALWAYS;
+        h->live = measure && h->cma_speed_ppm != UC_SHM_CMA_ALWAYS; /* then the calls' own speeds decide */
         h->slot_gbps = t.slot_gbps > 0 ? t.slot_gbps : 0;
         h->creator_pid = getpid();
         h->checksum = t.checksum ? 1 : 0;
@@ -2356,13 +2409,8 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->cma_bcast_max_bytes = h->cma_bcast_max_bytes;
     e->cma_speed_ppm = h->cma_speed_ppm;
-    e->live = h->cma_bpns > 0;
-    e->cma_bpns = h->cma_bpns;
-    e->copy_bpns = h->copy_bpns;
+    e->live = (int)h->live;
     e->slot_gbps = h->slot_gbps;
-    for (int b = 0; b < NBUCKETS; b++) /* every rank starts from the creator's measure */
-        e->verdict[b] = e->next_verdict[b] = verdict_of(e->cma_speed_ppm / 1e6);
-    e->probed_ns = now_ns();
     e->slots = e->base + PAGE + ctrl_bytes;
     e->checksum = (int)h->checksum;
     e->flip_ppm = h->flip_ppm;

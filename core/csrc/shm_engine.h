@@ -82,7 +82,7 @@ typedef struct {
     uint32_t cma_speed_ppm; /* creator: a single-copy read's speed over a plain copy's, per million, which
                                picks single-copy or the slots per collective (use_cma); 0: measured at
                                open where cma_allowed is 2, else UC_SHM_CMA_ALWAYS.  Measured, the engine
-                               then follows the speeds its transfers show (uc_shm_live_speeds) */
+                               then follows the speeds its calls show (uc_shm_live_choices) */
     float slot_gbps;        /* creator, tests: every copy out of a peer's slot takes at least its bytes
                                / slot_gbps ns (a slow path between the ranks' cores); 0: off */
 } uc_shm_tuning;
@@ -153,13 +153,15 @@ void uc_shm_count_arrivals(uc_shm *e, int on);
 /* Seconds each later call may wait (0: forever; dead peers are still detected). */
 int uc_shm_set_timeout(uc_shm *e, double timeout);
 
-/* Live speeds (cma_speed_ppm measured at open): per size class of a transfer per peer (class b:
- * from 16 KiB << b, the last from 2 MiB up), the single-copy over slot speed ratio in force on this
- * rank (ratio[b]; every rank of a call uses the same, see shm_engine.c), and this rank's own running
- * estimates in GB/s of copies out of a peer's slot and of single-copy reads (0: none yet).
- * Returns 0, or UC_SHM_EINVAL where the speeds are not live (the ratio is fixed). */
+/* Live choices (cma_speed_ppm measured at open): for collective `coll` (a UC_SHM_COLL_* code but
+ * barrier) per size class of its transfer per peer (class b: from 16 KiB << b, the last from 2 MiB
+ * up), the path in force on this rank (choice[b]: 0 none yet: the open's measure against the
+ * collective's break-even; 1 the slots; 2 single-copy reads; every rank of a call holds the same, see
+ * shm_engine.c) and this rank's running estimates of its calls' speed on each path, GB/s of the
+ * transfer per peer (0: none yet).  Returns 0, or UC_SHM_EINVAL where the choices are not live (the
+ * speed ratio is fixed) or coll is not one. */
 #define UC_SHM_SPEED_CLASSES 8
-int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps);
+int uc_shm_live_choices(const uc_shm *e, int coll, int *choice, double *slot_gbps, double *cma_gbps);
 
 /* Tracing (UNICCL_TRACE): with a capacity > 0 the engine records what each call does with
  * its peers' data, one event per transfer: read from or written to a peer's memory

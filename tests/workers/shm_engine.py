@@ -38,7 +38,8 @@ from _data import compare, make_input
 
 from uniccl._errors import InternalError, InvalidArgument, RemoteError, Timeout
 from uniccl._types import DType, numpy_dtype
-from uniccl.transport.shm._shm import DEFAULT_SLOT_BYTES, ShmEngine
+from uniccl.transport.shm._shm import ShmEngine
+from uniccl.transport.shm.attach import DEFAULT_SLOT_BYTES
 
 SUM, PROD, MAX, MIN = 0, 1, 2, 3
 OPS = {"sum": SUM, "prod": PROD, "max": MAX, "min": MIN}

@@ -97,7 +97,7 @@ cdef extern from "shm_engine.h" nogil:
     const char *uc_shm_cma_reason(const uc_shm *e)
     void uc_shm_get_tuning(const uc_shm *e, uc_shm_tuning *out, size_t *slot_bytes)
     enum: UC_SHM_SPEED_CLASSES
-    int uc_shm_live_speeds(const uc_shm *e, double *ratio, double *slot_gbps, double *cma_gbps)
+    int uc_shm_live_choices(const uc_shm *e, int coll, int *choice, double *slot_gbps, double *cma_gbps)
     int uc_shm_fail(uc_shm *e, const char *op, const char *message)
     void uc_shm_abort(uc_shm *e, const char *why)
     void uc_shm_revoke(uc_shm *e, const char *why)
@@ -188,10 +188,10 @@ RECORD_WORDS = UC_SHM_RECORD_WORDS
 RING_ORDER_FLAG = UC_SHM_RING_ORDER
 #: How many collective codes the engine's agreed calls know (transport.record.COLLECTIVES).
 COLL_CODES = UC_SHM_COLL_SCATTER + 1
-
-#: Slot size the core should use unless tuned otherwise (two per rank): the pipelined
-#: all_reduce measured best at 512 KiB on a 2-core EPYC (2 and 4 ranks; 64 KiB-1 MiB tried).
-DEFAULT_SLOT_BYTES = 512 * 1024
+# the collectives that choose between single-copy reads and the slots (live_choices)
+_CHOOSING = {"all_reduce": UC_SHM_COLL_ALL_REDUCE, "reduce": UC_SHM_COLL_REDUCE, "broadcast": UC_SHM_COLL_BROADCAST,
+             "all_gather": UC_SHM_COLL_ALL_GATHER, "reduce_scatter": UC_SHM_COLL_REDUCE_SCATTER,
+             "all_to_all": UC_SHM_COLL_ALL_TO_ALL, "gather": UC_SHM_COLL_GATHER, "scatter": UC_SHM_COLL_SCATTER}
 
 _TUNING_ENV = {
     "small_bytes": "UNICCL_SHM_SMALL_BYTES",
@@ -270,7 +270,7 @@ cdef class ShmEngine:
     ``nt_min_bytes``, ``spin_ns``, ``yield_ns``, ``cma``) overrides the environment; ``cma``: True
     (single-copy reads wherever they may be used), False (never), "auto" (where faster: the creator
     measures their speed over a plain copy's, or takes ``cma_speed``; measured, the speeds the
-    transfers then show take over: :attr:`live_speeds`).  ``slot_gbps`` (the creator's, for tests):
+    calls then show take over: :meth:`live_choices`).  ``slot_gbps`` (the creator's, for tests):
     copies out of a peer's slot take at least their bytes at that speed.
     """
 
@@ -479,19 +479,24 @@ cdef class ShmEngine:
                 # not measured, single-copy wherever possible); use_cma in shm_engine.c reads it
                 "cma_speed": None if t.cma_speed_ppm == UC_SHM_CMA_ALWAYS else t.cma_speed_ppm / 1e6}
 
-    @property
-    def live_speeds(self):
-        """None where the speed ratio is fixed (given, or single-copy wherever possible); else per
-        size class of a call's transfer per peer (its smallest size: 16 KiB << k, the last one
-        taking the rest) a dict of the single-copy over slot speed ratio in force (the same on
-        every rank), and this rank's running estimates in GB/s of copies out of a peer's slot and of
-        single-copy reads (0.0: none yet)."""
-        cdef double ratio[UC_SHM_SPEED_CLASSES]
+    def live_choices(self, str collective):
+        """None where the speed ratio is fixed (given, or single-copy wherever possible); else, for
+        ``collective`` ("broadcast", ...), per size class of a call's transfer per peer (its
+        smallest size: 16 KiB << k, the last one taking the rest) a dict of the path in force
+        ("slots", "single-copy", or None: not chosen yet, the open's measure decides; the same on
+        every rank) and this rank's running estimates of its calls' speed on each, GB/s of the
+        transfer per peer (0.0: none yet)."""
+        cdef int choice[UC_SHM_SPEED_CLASSES]
         cdef double slot[UC_SHM_SPEED_CLASSES]
         cdef double cma[UC_SHM_SPEED_CLASSES]
-        if uc_shm_live_speeds(self._live("live_speeds"), ratio, slot, cma):
+        code = _CHOOSING.get(collective)
+        if code is None:
+            raise InvalidArgument(f"must be one of {sorted(_CHOOSING)}, got {collective!r}", op="live_choices",
+                                  argument="collective")
+        if uc_shm_live_choices(self._live("live_choices"), code, choice, slot, cma):
             return None
-        return {(16 << 10) << k: {"ratio": ratio[k], "slot_gbps": slot[k], "cma_gbps": cma[k]}
+        paths = (None, "slots", "single-copy")
+        return {(16 << 10) << k: {"choice": paths[choice[k]], "slot_gbps": slot[k], "cma_gbps": cma[k]}
                 for k in range(UC_SHM_SPEED_CLASSES)}
 
     # ------------------------------------------------------------- collectives

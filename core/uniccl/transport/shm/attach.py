@@ -17,6 +17,8 @@ from ... import _env
 from ..._errors import InternalError, UnicclError
 from ...observability.log import logger
 
+#: Each rank's two slots' size unless UNICCL_SHM_SLOT_BYTES says otherwise (its default in _env, which
+#: tests/test_env.py holds equal); also what benchmarks/bench_shm.py and the engine's tests open with.
 DEFAULT_SLOT_BYTES = 1 << 20
 NO_SPACE = "no space"  # rank 0's reason when /dev/shm cannot hold the segment
 
