@@ -188,10 +188,6 @@ RECORD_WORDS = UC_SHM_RECORD_WORDS
 RING_ORDER_FLAG = UC_SHM_RING_ORDER
 #: How many collective codes the engine's agreed calls know (transport.record.COLLECTIVES).
 COLL_CODES = UC_SHM_COLL_SCATTER + 1
-# the collectives that choose between single-copy reads and the slots (live_choices)
-_CHOOSING = {"all_reduce": UC_SHM_COLL_ALL_REDUCE, "reduce": UC_SHM_COLL_REDUCE, "broadcast": UC_SHM_COLL_BROADCAST,
-             "all_gather": UC_SHM_COLL_ALL_GATHER, "reduce_scatter": UC_SHM_COLL_REDUCE_SCATTER,
-             "all_to_all": UC_SHM_COLL_ALL_TO_ALL, "gather": UC_SHM_COLL_GATHER, "scatter": UC_SHM_COLL_SCATTER}
 
 _TUNING_ENV = {
     "small_bytes": "UNICCL_SHM_SMALL_BYTES",
@@ -489,10 +485,12 @@ cdef class ShmEngine:
         cdef int choice[UC_SHM_SPEED_CLASSES]
         cdef double slot[UC_SHM_SPEED_CLASSES]
         cdef double cma[UC_SHM_SPEED_CLASSES]
-        code = _CHOOSING.get(collective)
-        if code is None:
-            raise InvalidArgument(f"must be one of {sorted(_CHOOSING)}, got {collective!r}", op="live_choices",
+        from ..record import COLLECTIVES  # the codes' one definition (it imports this module)
+        choosing = COLLECTIVES[1:]  # every collective but barrier (code 0) may choose
+        if collective not in choosing:
+            raise InvalidArgument(f"must be one of {sorted(choosing)}, got {collective!r}", op="live_choices",
                                   argument="collective")
+        code = COLLECTIVES.index(collective)
         if uc_shm_live_choices(self._live("live_choices"), code, choice, slot, cma):
             return None
         paths = (None, "slots", "single-copy")
