@@ -161,7 +161,7 @@ def test_live_stuck_outside_names_a_stopped_rank(tmp_path):
 
 def _with_a_stopped_rank(tmp_path, scenario, attempt=1) -> Path:
     """Run ``scenario``, in which rank 2 stops itself; SIGCONT it once ranks 0 and 1 have dumped.
-    Rank 2 stops itself from a timer thread 30 ms into a call. On a loaded machine (CI, both
+    Rank 2 stops itself from a timer thread 5 ms into a call. On a loaded machine (CI, both
     cores busy) the timer may fire only after the call ended, so that no rank fails (nothing to
     judge), or only after the others timed out on a rank 2 that was merely slow, so that their
     dumps saw it running: either way the scenario did not happen, and runs again (3 tries)."""

@@ -7,7 +7,7 @@ usage: doctor.py SCENARIO [DIR]
   p2p            ranks 0 and 1 each wait to receive from the other
   stopped DIR    the last rank SIGSTOPs itself before call #3 (DIR/<rank>.pid: the test sends
                  SIGCONT once the others' dumps are there)
-  inside DIR     the last rank SIGSTOPs itself 30 ms into a 128 MiB all_reduce (DIR/<rank>.pid)
+  inside DIR     the last rank SIGSTOPs itself 5 ms into a 128 MiB all_reduce (DIR/<rank>.pid)
   calls          30 rounds of all_reduce, 256 KiB (a straggler, a slow link, flipped bits)
 Prints one JSON line per rank: what its failing call raised, if one did."""
 
@@ -50,13 +50,14 @@ try:
                 os.kill(os.getpid(), signal.SIGSTOP)  # until the test's SIGCONT
                 break
             comm.all_reduce(x)
-    elif scenario == "inside":  # the last rank stops itself 30 ms into a 128 MiB all_reduce
+    elif scenario == "inside":  # the last rank stops itself 5 ms into a 128 MiB all_reduce
         with open(os.path.join(sys.argv[2], f"{r}.pid"), "w") as f:
             f.write(str(os.getpid()))
         big = np.ones(32 << 20, np.float32)
         comm.all_reduce(big)  # (pages touched: the next call moves data at once)
         if r == n - 1:
-            threading.Timer(0.03, os.kill, args=(os.getpid(), signal.SIGSTOP)).start()
+            # 5 ms: the call takes 18-20 ms at 3 ranks on 2026-12-06's VM (30 ms came after it)
+            threading.Timer(0.005, os.kill, args=(os.getpid(), signal.SIGSTOP)).start()
         comm.all_reduce(big)
     elif scenario == "calls":
         y = np.ones(1 << 16, np.float32)
