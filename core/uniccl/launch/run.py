@@ -374,9 +374,7 @@ def _mpi_segments() -> set:
         return set()
 
 
-def _remove_orphan_segments(names) -> None:
-    if not names:
-        return
+def _mapped_segments() -> set:
     mapped = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -384,7 +382,22 @@ def _remove_orphan_segments(names) -> None:
                 mapped.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line)
         except (OSError, IndexError):
             continue
-    removed = [n for n in sorted(names) if n not in mapped and _unlink(os.path.join("/dev/shm", n))]
+    return mapped
+
+
+def _remove_orphan_segments(names, settle_s: float = 2.0) -> None:
+    # a rank killed with its wrapper may still be exiting (its maps still listed) when the job
+    # returns: look again for a while, until every segment is unmapped and removed
+    names, removed = set(names), []
+    deadline = time.monotonic() + settle_s
+    while names:
+        mapped = _mapped_segments()
+        gone = {n for n in names if n not in mapped}
+        removed += [n for n in sorted(gone) if _unlink(os.path.join("/dev/shm", n))]
+        names -= gone
+        if not names or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     if removed:
         say(f"removed {len(removed)} shared-memory segment(s) the MPI library left behind: {', '.join(removed)}")
 
