@@ -171,7 +171,7 @@ CASES = {
         "same",
     ),
     "mismatched_collective_box_and_slots": (
-        lambda c, bad: c.broadcast(f32(8), root=0) if bad else c.all_gather(f32(1024), f32(1024 * c.size)),
+        lambda c, bad: c.broadcast(f32(8), root=0) if bad else c.all_gather(f32(4096), f32(4096 * c.size)),
         uniccl.InvalidUsage,
         "same",
     ),

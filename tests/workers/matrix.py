@@ -1,7 +1,7 @@
 """Differential test of one collective against numpy: every dtype x op x size, in place
 and out of place.  Run under mpiexec; exit status 1 if any rank saw a wrong result.
 
-usage: matrix.py COLLECTIVE [--sizes 0,1,7,1023,big1,big8] [--dtypes all|float32,...]
+usage: matrix.py COLLECTIVE [--sizes 0,1,7,1023,2063,big1,big8] [--dtypes all|float32,...]
 Sizes are per-rank block counts; big1/big8 are ~1 MiB (odd count) and 8 MiB of data.
 """
 
@@ -22,8 +22,10 @@ REDUCING = {"all_reduce", "reduce", "reduce_scatter"}
 # The big sizes (big1, big8) exercise the pipelining, chunking and single-copy paths, which
 # depend on the element size, not on the values: a reduction runs them for every dtype with
 # sum and for every op with float32 and int64; a data mover for one dtype of each element
-# size.  (Every dtype x op still runs at 0, 1, 7 and 1023 elements, which cover the kernels'
-# vector bodies and tails.)  This cut the matrix from 495 s to about a third on the 2-core CI.
+# size.  (Every dtype x op still runs at 0, 1, 7, 1023 and 2063 elements, which cover the kernels'
+# vector bodies and tails, and the shared-memory engine's boxes up to their limit and the slots
+# just above it: 2063 4-byte elements are 8252 bytes, 2063 8-byte ones 16504.)  This cut the matrix
+# from 495 s to about a third on the 2-core CI.
 BIG_SIZES = {"big1", "big8"}
 ALL_OPS_AT_BIG = {DType.FLOAT32, DType.INT64}
 MOVERS_AT_BIG = {DType.INT8, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64}
@@ -130,7 +132,7 @@ def _bytes_wrong(got, expect) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("collective")
-    ap.add_argument("--sizes", default="0,1,7,1023,big1,big8")
+    ap.add_argument("--sizes", default="0,1,7,1023,2063,big1,big8")
     ap.add_argument("--dtypes", default="all")
     args = ap.parse_args()
     dtypes = ALL_DTYPES if args.dtypes == "all" else [DType[d.upper()] for d in args.dtypes.split(",")]
