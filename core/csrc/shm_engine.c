@@ -60,7 +60,7 @@
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
     9 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
-         6: cma_speed_ppm; 7: live speeds; 8: live choices per collective from whole calls (choice, obs);     \
+         6: cma_speed_ppm; 7: live speeds; 8: live choices per collective from whole calls (choice, obs);    \
          9: 8 KiB boxes */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096

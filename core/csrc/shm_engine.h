@@ -75,7 +75,8 @@ typedef struct {
                                     per rank's part ((size_t)-1: never) */
     size_t cma_bcast_max_bytes;  /* broadcasts this large or larger go through the slots even where
                                     single-copy reads are on ((size_t)-1: no limit) */
-    uint64_t spin_ns;            /* busy-wait this long before yielding (default 20 us; 0 with more ranks than CPUs) */
+    uint64_t spin_ns;            /* busy-wait this long before yielding (default 20 us; none with
+                                    more ranks than CPUs) */
     uint64_t yield_ns;           /* then sched_yield until this long, then sleep on a futex */
     int checksum;      /* creator: CRC-32C on every region read from a peer's slot (single-copy reads off) */
     uint32_t flip_ppm; /* creator, with checksum: flip a bit in this many per million copies (tests) */
