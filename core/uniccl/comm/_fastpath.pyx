@@ -245,36 +245,54 @@ cdef class CallState:
 cdef class CallLock:
     """A reentrant lock (``threading.RLock``'s semantics, used with ``with``) that compiled
     code takes and releases with a few C calls: the communicator's lock, taken on every call.
-    A blocked acquire releases the GIL and can be interrupted by a signal (Ctrl-C)."""
-    cdef PyThread_type_lock lock
+    Every take and give holds the GIL, so the owner and depth fields are the lock itself and an
+    uncontended take is two field writes (a PyThread lock's acquire read the monotonic clock and
+    made a semaphore call each time, a tenth of an 8-byte call).  The semaphore ``gate`` only
+    wakes a thread that found the lock held: it blocks there with the GIL released, can be
+    interrupted by a signal (Ctrl-C), and looks again at least every 50 ms."""
+    cdef PyThread_type_lock gate  # locked unless a wake-up is pending for a waiter
     cdef unsigned long owner
     cdef long depth
+    cdef int waiters
+    cdef bint woken  # the gate was released for a waiter that has not yet taken it
 
     def __cinit__(self):
-        self.lock = PyThread_allocate_lock()
-        if self.lock == NULL:
+        self.gate = PyThread_allocate_lock()
+        if self.gate == NULL:
             raise MemoryError()
-        self.owner, self.depth = 0, 0
+        PyThread_acquire_lock(self.gate, NOWAIT_LOCK)
+        self.owner, self.depth, self.waiters, self.woken = 0, 0, 0, False
 
     def __dealloc__(self):
-        if self.lock != NULL:
-            PyThread_free_lock(self.lock)
+        if self.gate != NULL:
+            if not self.woken:
+                PyThread_release_lock(self.gate)  # freed unlocked
+            PyThread_free_lock(self.gate)
 
     cdef int take(self) except -1:
         cdef unsigned long me = PyThread_get_thread_ident()
-        cdef PyLockStatus got
-        if self.depth and self.owner == me:
-            self.depth += 1
-            return 0
-        if not PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
-            while True:
-                with nogil:
-                    got = PyThread_acquire_lock_timed(self.lock, -1, 1)
-                if got == PY_LOCK_ACQUIRED:
-                    break
-                if got == PY_LOCK_INTR:
-                    PyErr_CheckSignals()  # raises the handler's exception (KeyboardInterrupt)
+        if self.depth:
+            if self.owner == me:
+                self.depth += 1
+                return 0
+            self._wait(me)
         self.owner, self.depth = me, 1
+        return 0
+
+    cdef int _wait(self, unsigned long me) except -1:
+        """Until no other thread holds the lock (the GIL held on return)."""
+        cdef PyLockStatus got
+        self.waiters += 1
+        try:
+            while self.depth:
+                with nogil:
+                    got = PyThread_acquire_lock_timed(self.gate, 50000, 1)
+                if got == PY_LOCK_ACQUIRED:
+                    self.woken = False
+                elif got == PY_LOCK_INTR:
+                    PyErr_CheckSignals()  # raises the handler's exception (KeyboardInterrupt)
+        finally:
+            self.waiters -= 1
         return 0
 
     cdef int give(self) except -1:
@@ -283,7 +301,9 @@ cdef class CallLock:
         self.depth -= 1
         if not self.depth:
             self.owner = 0
-            PyThread_release_lock(self.lock)
+            if self.waiters and not self.woken:
+                self.woken = True
+                PyThread_release_lock(self.gate)
         return 0
 
     def acquire(self):
