@@ -11,6 +11,7 @@ RemoteError naming rank 1 (printed "rank R: RemoteError ...").
 import os
 import signal
 import sys
+import time
 import tracemalloc
 
 import numpy as np
@@ -117,10 +118,21 @@ assert np.array_equal(a, np.full(6, float(tri))), a
 # 7. the flight recorder: served calls recorded like general ones (numbers, states, call site)
 seq0 = fast.served
 w = np.ones(2)
+t_before = time.time()
 for _ in range(4):
     comm.all_reduce(w)  # SITE
+t_after = time.time()
 line = next(i for i, t in enumerate(open(__file__), 1) if t.rstrip().endswith("# SITE") and "comm" in t)
 ops = comm._flight.snapshot()["ops"][-4:]
+# the compiled path's own clock (the TSC where the kernel keeps time by it) on time.time()'s scale,
+# 1 ms allowed, and again after a re-anchor (every 0.25 s)
+for o in ops:
+    assert t_before - 1e-3 <= o["t_enqueued"] <= o["t_completed"] <= t_after + 1e-3, (o, t_before, t_after)
+time.sleep(0.3)
+comm.all_reduce(w)
+t_later = time.time()
+o = comm._flight.snapshot()["ops"][-1]
+assert t_after - 1e-3 <= o["t_enqueued"] <= o["t_completed"] <= t_later + 1e-3, (o, t_after, t_later)
 assert [o["state"] for o in ops] == ["completed"] * 4, ops
 assert [o["seq"] for o in ops] == list(range(ops[0]["seq"], ops[0]["seq"] + 4)), ops
 assert all(o["site"].endswith(f"fastpath.py:{line} (<module>)") for o in ops), (ops, line)
@@ -133,6 +145,14 @@ if comm._telemetry is not None:
 
     calls = telemetry.summary(comm._telemetry)["all_reduce"]["calls"]
     assert calls == comm._seq - comm._telemetry.failed.get("all_reduce", 0) - 0, (calls, comm._seq)
+    # the served calls' durations (the compiled path's clock) against perf_counter around them
+    s0 = telemetry.summary(comm._telemetry)["all_reduce"]["seconds"]
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        comm.all_reduce(w)
+    loop = time.perf_counter() - t0
+    inside = telemetry.summary(comm._telemetry)["all_reduce"]["seconds"] - s0
+    assert 0.2 * loop < inside <= 1.02 * loop + 1e-4, (inside, loop)
 
 # 9. no allocation per served call: tracemalloc over 10^4 calls
 # (traced from before the flight recorder's ring turned over once: its entries are traced too)
@@ -159,6 +179,24 @@ if pid == 0:
     except BaseException:
         os._exit(4)
 assert os.waitpid(pid, 0)[1] == 0, "the forked child used its parent's communicator"
+
+# 10b. a learnt shape inside ``with uniccl.group()``: recorded by the general path and run at the
+# block's end (NCCL group semantics), never served on the spot; served again after the block
+g = np.empty(3)
+for _ in range(3):
+    g[:] = r + 1
+    comm.all_reduce(g)
+before = fast.served
+g[:] = r + 1
+with uniccl.group():
+    work = comm.all_reduce(g)
+    assert fast.served == before, "a call inside a group was served compiled"
+    assert np.array_equal(g, np.full(3, r + 1.0)), g  # not run yet
+work.wait()
+assert np.array_equal(g, np.full(3, float(tri))), g
+g[:] = r + 1
+comm.all_reduce(g)
+assert fast.served == before + 1 and np.array_equal(g, np.full(3, float(tri))), (fast.served - before, g)
 
 # 11. the other collectives: the second and later calls of a shape are served compiled; every
 # result against numpy, and each returns what the general path returned on the first call

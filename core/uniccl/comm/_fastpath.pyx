@@ -37,7 +37,6 @@ from cpython.pythread cimport (
 from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from uniccl.observability._counters cimport Counters, Stat
 from uniccl.transport.shm._shm cimport ShmEngine
@@ -49,7 +48,6 @@ from uniccl._errors import InvalidUsage, UnicclError
 from uniccl._types import ReduceOp
 from uniccl.comm import agreement as _agreement
 from uniccl.comm import checks as _checks
-from uniccl.comm import group as _group
 from uniccl.comm import native as _routes
 from uniccl.comm import outcome as _outcome
 from uniccl.comm import plans as _plans
@@ -58,8 +56,6 @@ from uniccl.observability import flight as _fl
 from uniccl.transport import record as _record
 
 cnp.import_array()
-
-_GROUP_VARS = vars(_group)  # group._open read as a dict item: cheaper than a module attribute
 
 cdef extern from "pythread.h":
     ctypedef enum PyLockStatus:
@@ -98,18 +94,37 @@ def _forked():
     _fork_generation += 1
 
 
+# ``with uniccl.group():`` blocks open in any thread (comm/group.py enters and leaves them here):
+# a call inside one is recorded by the general path, never served.  A C counter, changed with the
+# GIL held, so that _ready reads no module dict and no two threads lose an update.
+cdef long _groups_open = 0
+
+
+def group_entered():
+    global _groups_open
+    _groups_open += 1
+
+
+def group_left():
+    global _groups_open
+    _groups_open -= 1
+
+
+def groups_open():
+    """How many group blocks are open, in all threads."""
+    return _groups_open
+
+
 os.register_at_fork(after_in_child=_forked)
 
 
-cdef inline double _wall() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
+cdef extern from "call_clock.h":  # two readings a call: the TSC where the kernel keeps time by it
+    void uc_clock_init()
+    uint64_t uc_clock_ticks()
+    double uc_clock_wall(uint64_t t)
+    uint64_t uc_clock_ns(uint64_t t0, uint64_t t1)
 
-
-cdef inline uint64_t _ns(double seconds) noexcept nogil:
-    """A call's duration from two wall-clock readings (a clock step backwards: 0)."""
-    return <uint64_t>(seconds * 1e9) if seconds > 0 else 0
+uc_clock_init()
 
 
 cdef inline bint _array_matches(object a, uintptr_t ptr, Py_ssize_t count, int typenum, bint writable):
@@ -453,7 +468,7 @@ cdef class FastPath:
         """The communicator is in the state the general path took its route in."""
         cdef CallState st = self.state
         return not (st.destroyed or st.revoked or st.hooked or st.traced or st.timeout_stale or st.pending
-                    or _fork_generation != self.fork_generation or _GROUP_VARS["_open"])
+                    or _fork_generation != self.fork_generation or _groups_open)
 
     # ------------------------------------------------------------------ all_reduce
     def learn_all_reduce(self, sendbuf, recvbuf, op):
@@ -504,7 +519,7 @@ cdef class FastPath:
         if not self._ready(comm):
             return MISS
         result = sendbuf if recvbuf is None else recvbuf
-        cdef double t0 = _wall()  # one clock for the flight recorder and telemetry
+        cdef uint64_t t0 = uc_clock_ticks()  # one reading for the flight recorder and telemetry
         cdef Row *row = self._enqueue("all_reduce", t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -663,7 +678,7 @@ cdef class FastPath:
         the record agreed through the engine (more than one rank), then the library's
         function by address; a differing record goes to ``native.after_mismatch``."""
         comm = self.comm
-        cdef double t0 = _wall()
+        cdef uint64_t t0 = uc_clock_ticks()
         cdef Row *row = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -715,7 +730,7 @@ cdef class FastPath:
             return self._run_native(sh, name, args)
         comm = self.comm
         plan = sh.plan
-        cdef double t0 = _wall()  # one clock for the flight recorder and telemetry
+        cdef uint64_t t0 = uc_clock_ticks()  # one reading for the flight recorder and telemetry
         cdef Row *row = self._enqueue(name, t0)
         cdef int64_t *h = self.hdr
         cdef int64_t seq
@@ -770,13 +785,13 @@ cdef class FastPath:
             row.seq, row.dtype, row.count, row.root = seq, dtype, count, root
         return seq
 
-    cdef inline void _completed(self, Row *row, Stat stat, uint64_t nbytes, double t0) noexcept:
+    cdef inline void _completed(self, Row *row, Stat stat, uint64_t nbytes, uint64_t t0) noexcept:
         """Under the lock, a served call done: its row completed, its telemetry counted."""
-        cdef double t1 = _wall()
+        cdef uint64_t t1 = uc_clock_ticks()
         if row != NULL:
-            row.t_end, row.state = t1, 2
+            row.t_end, row.state = uc_clock_wall(t1), 2
         if self.counting and stat is not None:
-            stat.add(nbytes, _ns(t1 - t0))
+            stat.add(nbytes, uc_clock_ns(t0, t1))
 
     cdef int _raise_failed(self, str name, plan, Row *row, int64_t seq, exc) except -1:
         """A served call failed: the general path's handling of the failure (it raises)."""
@@ -786,11 +801,11 @@ cdef class FastPath:
         plan.entry = self._moved(row)
         raise _outcome.failed(comm, plan, seq, comm.timeout, exc) from None
 
-    cdef Row *_enqueue(self, str name, double t) except? NULL:
-        """The flight recorder's row of this call, or NULL (recorder off)."""
+    cdef Row *_enqueue(self, str name, uint64_t t) except? NULL:
+        """The flight recorder's row of this call (entered at clock reading t), or NULL (recorder off)."""
         if self.ring is None or not self.recording:
             return NULL
-        return self.ring.next(name, t)
+        return self.ring.next(name, uc_clock_wall(t))
 
     cdef object _moved(self, Row *row):
         """A failing call's row as an entry of the recorder's own (the general path's error

@@ -15,11 +15,11 @@ import time
 from time import perf_counter_ns
 
 from .._errors import InvalidUsage, UnicclError
+from . import _fastpath as _fp
 from . import outcome as _outcome
 from .executor import Work
 
 _state = threading.local()
-_open = 0  # groups open in any thread: lets current() skip the thread-local lookup
 
 
 class _Group:
@@ -114,7 +114,7 @@ def _p2p_end(comm, plan, t0: int, exc: BaseException | None = None) -> BaseExcep
 
 
 def current() -> _Group | None:
-    if not _open:
+    if not _fp.groups_open():  # none in any thread: no thread-local lookup
         return None
     stack = getattr(_state, "stack", None)
     return stack[0] if stack else None
@@ -123,10 +123,9 @@ def current() -> _Group | None:
 @contextlib.contextmanager
 def group():
     """Batch operations like ncclGroupStart/ncclGroupEnd (nestable)."""
-    global _open
     stack = _state.__dict__.setdefault("stack", [])
     stack.append(_Group() if not stack else stack[0])
-    _open += 1
+    _fp.group_entered()
     try:
         yield
     except BaseException:
@@ -137,5 +136,5 @@ def group():
         if len(stack) == 1:
             stack[0].run()
     finally:
-        _open -= 1
+        _fp.group_left()
         stack.pop()
