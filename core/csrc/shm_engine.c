@@ -59,16 +59,16 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    9 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;   \
+    10 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;  \
          6: cma_speed_ppm; 7: live speeds; 8: live choices per collective from whole calls (choice, obs);    \
-         9: 8 KiB boxes */
+         9: 8 KiB boxes; 10: a box's stamp, form and packed record in its first line */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
 /* see uc_box: 8 KiB of payload and the record, in whole LINEs.  Up to there a box's one rendezvous beats
  * the slots (4 KiB calls, 4 ranks on 2 cores: 3.7-4.6 against 6.3-7.4 us; 2 ranks: up to 0.07 us less) */
-#define BOX_BYTES (8192 + LINE)
-#define INLINE_BYTES (BOX_BYTES - NREC * sizeof(int64_t)) /* a call's payload that fits a box */
+#define BOX_BYTES (8192 + 2 * LINE)
+#define INLINE_BYTES (8192 + 64) /* a call's payload that fits a box (uc_box: after the full record) */
 #define NDTYPES 12
 /* Live choices (see "live choices" below): per collective with a choice (UC_SHM_COLL_*, barrier has
  * none) and size class of its transfer per peer, from 16 KiB by powers of two, the last class taking
@@ -129,10 +129,23 @@ _Static_assert(sizeof(uc_line) == LINE,
  * the call that read it (its READY of the call between), so a run of small calls never waits
  * on a CONSUMED line. */
 typedef struct {
-    _Alignas(LINE) int64_t record[NREC];
-    uint8_t data[BOX_BYTES - NREC * sizeof(int64_t)];
+    _Alignas(LINE) _Atomic uint64_t stamp; /* g + 1 once this box holds rendezvous g's publication */
+    uint32_t form;                         /* BOX_*: where its record is */
+    uint32_t pad_;
+    int32_t packed[NREC]; /* BOX_PACKED: the record, every field fitting 32 bits */
+    int64_t record[NREC]; /* BOX_FULL: the record */
+    uint8_t data[BOX_BYTES - 48 - NREC * sizeof(int64_t)];
 } uc_box;
 _Static_assert(sizeof(uc_box) == BOX_BYTES, "a box is BOX_BYTES");
+_Static_assert(offsetof(uc_box, record) == 48 && offsetof(uc_box, data) == 112, "the box's head as laid out");
+_Static_assert(BOX_BYTES - offsetof(uc_box, data) >= INLINE_BYTES,
+               "a box holds INLINE_BYTES after a full record");
+/* The box's first 64 bytes hold its stamp, its form and a packed record, and then (BOX_PACKED) the
+ * first 16 bytes of the payload: a peer waiting for an agreeing small call reads that one line,
+ * where the READY line, the record's and the payload's were three misses in a row (in the VM's
+ * slow spells, when a line between its cores costs most, a third of an 8-byte call). */
+enum { BOX_NONE = 0, BOX_FULL = 2, BOX_PACKED = 3 };
+#define BOX_PACKED_DATA 48 /* where a BOX_PACKED box's payload starts */
 
 typedef struct {
     uc_line ready, reduced, consumed;
@@ -1278,10 +1291,28 @@ static inline int line_free(uc_shm *e) {
     return all_consumed(e, e->agree_g > e->boxed_g ? e->agree_g : e->boxed_g);
 }
 
-/* The record rank q published for the rendezvous of generation g. */
-static inline const int64_t *peer_record(uc_shm *e, int q, uint64_t g) {
+/* The record in a box, into out[NREC]. */
+static inline void box_record(const uc_box *b, int64_t *out) {
+    if (b->form == BOX_PACKED)
+        for (int i = 0; i < NREC; i++)
+            out[i] = b->packed[i];
+    else
+        memcpy(out, b->record, NREC * sizeof(int64_t));
+}
+
+/* The record rank q published for the rendezvous of generation g, into out[NREC]. */
+static inline void peer_record(uc_shm *e, int q, uint64_t g, int64_t *out) {
     uc_ctrl *c = &e->ctrl[q];
-    return c->ready.with_data == 2 ? c->box[g & 1].record : c->ready.record;
+    if (c->ready.with_data == 2)
+        box_record(&c->box[g & 1], out);
+    else
+        memcpy(out, c->ready.record, NREC * sizeof(int64_t));
+}
+
+/* Rank q's box of rendezvous g, if it is one (stamped there, with a record). */
+static inline const uc_box *stamped_box(uc_shm *e, int q, uint64_t g) {
+    const uc_box *b = &e->ctrl[q].box[g & 1];
+    return atomic_load_explicit(&b->stamp, memory_order_acquire) == g + 1 && b->form != BOX_NONE ? b : NULL;
 }
 
 static int rec_publish(uc_shm *e) {
@@ -1298,19 +1329,34 @@ static int rec_publish(uc_shm *e) {
 static int rec_judge(uc_shm *e, uint64_t g) {
     if (!e->rec_in) return UC_SHM_OK;
     const int64_t *mine = e->rec_in;
-    int same = 1;
+    int same = 1, boxes = e->ctrl[e->rank].ready.with_data == 2; /* every rank's record in its box */
     for (int q = 0; q < e->size; q++) {
-        const int64_t *r = q == e->rank ? mine : peer_record(e, q, g);
-        memcpy(e->rec_out + (size_t)q * NREC, r, NREC * sizeof(int64_t));
+        int64_t *r = e->rec_out + (size_t)q * NREC;
+        if (q == e->rank) {
+            memcpy(r, mine, NREC * sizeof(int64_t));
+            continue;
+        }
+        const uc_box *b = stamped_box(e, q, g); /* a box call's: no need of its READY line */
+        if (b) {
+            box_record(b, r);
+        } else {
+            peer_record(e, q, g, r);
+            boxes = 0;
+        }
         /* a peer that agreed alone moves the data in a rendezvous of its own after this one:
          * leave as after a difference, so that this rank does too (the records may be equal) */
-        if (q != e->rank && (memcmp(r, mine, NREC * sizeof(int64_t)) != 0 || !e->ctrl[q].ready.with_data))
-            same = 0;
+        if (memcmp(r, mine, NREC * sizeof(int64_t)) != 0 || (!b && !e->ctrl[q].ready.with_data)) same = 0;
     }
     e->rec_in = NULL;
     e->arriving = 0;
     e->agree_g = g + 1; /* the peers' CONSUMED g + 1 comes after they read the records */
-    live_adopt(e);
+    /* Rank 0 publishes no fresh choices with a box call (live_publish(e, 0)): where every rank made
+     * the same box call, every rank keeps what it adopted last instead of reading rank 0's READY
+     * line, and counts the rendezvous as judged all the same (the parity of the next publication) */
+    if (same && boxes)
+        e->judged++;
+    else
+        live_adopt(e);
     if (same) return UC_SHM_OK;
     sig(e, OFF_CONSUMED, g + 1);
     e->g = g + 1;
@@ -1370,34 +1416,73 @@ static inline int boxed(uc_shm *e, size_t payload) {
     return payload <= INLINE_BYTES && !e->checksum; /* checksums cover the slot copies */
 }
 
+/* Where a box's payload starts (its writer's form says). */
+static inline uint8_t *box_payload(uc_box *b) {
+    return b->form == BOX_PACKED ? (uint8_t *)b + BOX_PACKED_DATA : b->data;
+}
+
+/* The record as 32-bit fields into out, when every field fits (then 1). */
+static inline int pack_record(const int64_t *rec, int32_t *out) {
+    for (int i = 0; i < NREC; i++) {
+        if (rec[i] != (int32_t)rec[i]) return 0;
+        out[i] = (int32_t)rec[i];
+    }
+    return 1;
+}
+
+/* Every peer's box stamped for rendezvous g, seen within a short spin (then 1, counted as an
+ * arrival in the short spin): else the caller waits on the READY lines (arrive). */
+static int boxes_stamped(uc_shm *e, uint64_t g) {
+    int q = 0, first = 1;
+    for (int spins = e->quick_spins * 4; q < e->size;) {
+        if (q == e->rank ||
+            atomic_load_explicit(&e->ctrl[q].box[g & 1].stamp, memory_order_acquire) >= g + 1) {
+            q++;
+            continue;
+        }
+        if (spins-- <= 0) return 0;
+        first = 0;
+        cpu_relax();
+    }
+    if (e->count_arrivals) {
+        e->arrivals.calls++;
+        if (first) e->arrivals.last++;
+        e->arrivals.hist[0]++;
+    }
+    if (g > e->floor) e->floor = g; /* as arrive: a peer stamps a box once past every earlier chunk */
+    return 1;
+}
+
 static int box_meet(uc_shm *e, uint64_t g, const void *payload, size_t n) {
     uc_ctrl *c = &e->ctrl[e->rank];
     uc_box *b = &c->box[g & 1];
     CHECKED(all_consumed(e, e->box_g[g & 1]));                       /* the box's last readers are done */
     if (e->rec_in && c->ready.with_data != 2) CHECKED(line_free(e)); /* with_data changes */
-    if (n) copy_mem(b->data, payload, n);
+    b->form = !e->rec_in ? BOX_NONE : pack_record(e->rec_in, b->packed) ? BOX_PACKED : BOX_FULL;
+    if (n) copy_mem(box_payload(b), payload, n);
     e->box_g[g & 1] = g + 1;
     if (e->rec_in) {
-        memcpy(b->record, e->rec_in, sizeof b->record);
+        if (b->form == BOX_FULL) memcpy(b->record, e->rec_in, sizeof b->record);
         c->ready.with_data = 2;
         e->boxed_g = g + 1;
         e->arriving = 1;
         live_publish(e, 0); /* a box call moves no data worth timing */
     }
+    atomic_store_explicit(&b->stamp, g + 1, memory_order_release);
     sig(e, OFF_READY, g + 1);
-    int rc = arrive(e, OFF_READY, g + 1);
+    int rc = boxes_stamped(e, g) ? UC_SHM_OK : arrive(e, OFF_READY, g + 1);
     return rc ? rc : rec_judge(e, g);
 }
 
 /* Bytes [off, off + n) of rank q's payload in the rendezvous of generation g, into dst. */
 static inline void box_take(uc_shm *e, int q, uint64_t g, void *dst, size_t off, size_t n) {
     uint64_t t0 = wall_ns(e);
-    copy_mem(dst, e->ctrl[q].box[g & 1].data + off, n);
+    copy_mem(dst, box_payload(&e->ctrl[q].box[g & 1]) + off, n);
     event(e, t0, UC_SHM_EV_COPY, q, n);
 }
 
 static inline const void *box_data(uc_shm *e, int q, uint64_t g, size_t off) {
-    return e->ctrl[q].box[g & 1].data + off;
+    return box_payload(&e->ctrl[q].box[g & 1]) + off;
 }
 
 /* ============================================================ reductions */
@@ -2054,7 +2139,7 @@ static int agree_impl(uc_shm *e, const int64_t *record, int64_t *out) {
     if (rc) return rc;
     live_adopt(e);
     for (int q = 0; q < n; q++)
-        if (q != me) memcpy(out + (size_t)q * NREC, peer_record(e, q, g), NREC * sizeof(int64_t));
+        if (q != me) peer_record(e, q, g, out + (size_t)q * NREC);
     memmove(out + (size_t)me * NREC, record, NREC * sizeof(int64_t));
     sig(e, OFF_CONSUMED, g + 1);
     e->agree_g = g + 1;
