@@ -19,6 +19,7 @@ import threading
 import time
 
 import numpy as np
+from _pidfile import write_pid
 
 import uniccl
 
@@ -43,16 +44,14 @@ try:
         if r < 2:
             comm.recv(np.empty(10), 1 - r)  # each waits for the other: nobody sends
     elif scenario == "stopped":
-        with open(os.path.join(sys.argv[2], f"{r}.pid"), "w") as f:
-            f.write(str(os.getpid()))
+        write_pid(os.path.join(sys.argv[2], f"{r}.pid"))
         for step in range(5):
             if step == 3 and r == n - 1:
                 os.kill(os.getpid(), signal.SIGSTOP)  # until the test's SIGCONT
                 break
             comm.all_reduce(x)
     elif scenario == "inside":  # the last rank stops itself 5 ms into a 128 MiB all_reduce
-        with open(os.path.join(sys.argv[2], f"{r}.pid"), "w") as f:
-            f.write(str(os.getpid()))
+        write_pid(os.path.join(sys.argv[2], f"{r}.pid"))
         big = np.ones(32 << 20, np.float32)
         comm.all_reduce(big)  # (pages touched: the next call moves data at once)
         if r == n - 1:

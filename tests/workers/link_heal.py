@@ -14,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+from _pidfile import write_pid
 
 import uniccl
 from uniccl.transport.tcp import host_key
@@ -25,8 +26,7 @@ row = {"rank": r, "host": host_key(), "transport": comm.tuner.transport, "calls"
 
 
 def marker(directory):
-    with open(os.path.join(directory, f"{r}.pid"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid(os.path.join(directory, f"{r}.pid"))
 
 
 def check(name, got, want):

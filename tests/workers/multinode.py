@@ -7,6 +7,7 @@ import signal
 import sys
 
 import numpy as np
+from _pidfile import write_pid
 
 import uniccl
 from uniccl.transport.tcp import host_key
@@ -15,8 +16,7 @@ comm = uniccl.init()
 r, n = comm.rank, comm.size
 if len(sys.argv) > 1 and sys.argv[1] == "kill":
     victim, piddir = int(sys.argv[2]), sys.argv[3]
-    with open(os.path.join(piddir, f"{r}.pid"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid(os.path.join(piddir, f"{r}.pid"))
     x = np.ones(1 << 14)
     for i in range(10**6):
         comm.all_reduce(x)

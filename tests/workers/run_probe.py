@@ -15,14 +15,14 @@ import sys
 import time
 
 import numpy as np
+from _pidfile import write_pid
 
 import uniccl
 
 mode = sys.argv[1]
 if len(sys.argv) > 2:
     me = os.environ.get("UNICCL_RANK", os.environ.get("PMI_RANK", "x"))  # PMI_RANK: plain mpiexec
-    with open(os.path.join(sys.argv[2], f"{me}.pid"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid(os.path.join(sys.argv[2], f"{me}.pid"))
 comm = uniccl.init()
 r, n = comm.rank, comm.size
 if mode == "ok":
