@@ -1365,34 +1365,44 @@ static int rec_judge(uc_shm *e, uint64_t g) {
     return UC_SHM_EMISMATCH;
 }
 
+/* A call's first rendezvous counted: this rank arrived last (no wait at all), or waited w ns
+ * (0: the short spin, under a microsecond). */
+static inline void count_arrival(uc_shm *e, int last, uint64_t w) {
+    uc_shm_arrivals *a = &e->arrivals;
+    a->calls++;
+    if (last) a->last++;
+    int b = w ? 64 - __builtin_clzll(w) : 0;
+    a->hist[b < UC_SHM_ARRIVAL_BUCKETS ? b : UC_SHM_ARRIVAL_BUCKETS - 1]++;
+    a->wait_ns += w;
+}
+
 /* The call's first rendezvous: wait until every rank's line `off` reaches target, noting how long
  * this rank waited for the last to arrive.  The last itself reads no clock: the others read theirs
  * while they wait anyway. */
 static int arrive_counted(uc_shm *e, size_t off, uint64_t target) {
-    uc_shm_arrivals *a = &e->arrivals;
     if (!e->count_arrivals) {
         WAIT(e, off, target, -1);
         return UC_SHM_OK;
     }
-    a->calls++;
     if (next_pending(e, off, target, -1, 0) < 0) {
-        a->last++;
-        a->hist[0]++;
+        count_arrival(e, 1, 0);
         return UC_SHM_OK;
     }
-    uint64_t w; /* 0: the short spin of wait_for, under a microsecond */
+    uint64_t w;
     int rc = wait_for(e, off, target, -1, &w);
-    if (rc) return rc;
-    int b = w ? 64 - __builtin_clzll(w) : 0;
-    a->hist[b < UC_SHM_ARRIVAL_BUCKETS ? b : UC_SHM_ARRIVAL_BUCKETS - 1]++;
-    a->wait_ns += w;
-    return UC_SHM_OK;
+    if (!rc) count_arrival(e, 0, w);
+    return rc;
+}
+
+/* Every peer arrived at the first rendezvous of a call, generation g: a rank signals it (READY,
+ * or its box's stamp) once past every earlier chunk, so every peer consumed those. */
+static inline void arrived(uc_shm *e, uint64_t g) {
+    if (g > e->floor) e->floor = g;
 }
 
 static int arrive(uc_shm *e, size_t off, uint64_t target) {
     int rc = arrive_counted(e, off, target);
-    /* a rank signals READY for a call's first chunk (target - 1) once past every earlier chunk */
-    if (!rc && target - 1 > e->floor) e->floor = target - 1;
+    if (!rc) arrived(e, target - 1);
     return rc;
 }
 
@@ -1446,12 +1456,8 @@ static int boxes_stamped(uc_shm *e, uint64_t g) {
         first = 0;
         cpu_relax();
     }
-    if (e->count_arrivals) {
-        e->arrivals.calls++;
-        if (first) e->arrivals.last++;
-        e->arrivals.hist[0]++;
-    }
-    if (g > e->floor) e->floor = g; /* as arrive: a peer stamps a box once past every earlier chunk */
+    if (e->count_arrivals) count_arrival(e, first, 0);
+    arrived(e, g);
     return 1;
 }
 
