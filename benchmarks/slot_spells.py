@@ -8,7 +8,10 @@ Each run is a fresh ``uniccl run -n 2`` job (as a user starts one) that times bl
 broadcasts of 512 KiB from rank 0 twice, through the engine's slots only (``UNICCL_SHM_CMA=0``) and
 with the default choice (live choices), and prints per run the median block in µs per call, whether
 it was slow (over 150 µs: 3.5 GB/s or less), the path in force for that size and rank 1's running
-estimates of its whole calls' speed on each path (GB/s; 0.0: none yet).
+estimates of its whole calls' speed on each path (GB/s; 0.0: none yet), and a control without uniccl:
+two plain processes passing 32 MiB through a shared ring of four 1 MiB numpy chunks (GB/s). When the
+control is slow too (on 2026-12-07: 3.2-3.9 against 13.7-15.1 GB/s), the spell is the machine's
+hand-over of data between its cores, not the engine's.
 Run with no other load: a busy machine makes every run slow.
 """
 
@@ -48,6 +51,41 @@ def worker() -> None:
             print("RESULT " + json.dumps(rows), flush=True)
 
 
+def control(nbytes: int = 32 << 20, chunk: int = 1 << 20, ring_chunks: int = 4, rounds: int = 10) -> float:
+    """GB/s of a plain producer/consumer pair: a forked child copies chunks of its array into a shared
+    ring, this process copies them out, each spinning on the other's chunk counter."""
+    import mmap
+
+    import numpy as np
+
+    shared = mmap.mmap(-1, chunk * ring_chunks + 16)  # anonymous and shared: the child sees it
+    ring = np.frombuffer(shared, np.uint8, chunk * ring_chunks)
+    done = np.frombuffer(shared, np.int64, 2, chunk * ring_chunks)  # chunks written, chunks read
+    child = os.fork()
+    x = np.ones(nbytes, np.uint8)
+    t0 = time.perf_counter()
+    for k in range(rounds * (nbytes // chunk)):
+        part = x[(k % (nbytes // chunk)) * chunk :][:chunk]
+        box = ring[(k % ring_chunks) * chunk :][:chunk]
+        if child == 0:
+            while k - done[1] >= ring_chunks:
+                if time.perf_counter() > t0 + 60:  # the reader is gone: do not spin on as an orphan
+                    os._exit(1)
+            np.copyto(box, part)
+            done[0] = k + 1
+        else:
+            while done[0] <= k:
+                if time.perf_counter() > t0 + 60:
+                    raise TimeoutError("the control's writer stopped")
+            np.copyto(part, box)
+            done[1] = k + 1
+    if child == 0:
+        os._exit(0)
+    gbps = nbytes * rounds / (time.perf_counter() - t0) / 1e9
+    os.waitpid(child, 0)
+    return gbps
+
+
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     uniccl = shutil.which("uniccl") or os.path.join(os.path.dirname(sys.executable), "uniccl")
@@ -81,7 +119,9 @@ def main() -> int:
                 else "choice not live"
             )
             print(
-                f"run {i + 1:2d} {label:10s}: {us:7.1f} us per call{' SLOW' if slow else '     '}  {tail}", flush=True
+                f"run {i + 1:2d} {label:10s}: {us:7.1f} us per call{' SLOW' if slow else '     '}  {tail}; "
+                f"control {control():.1f} GB/s",
+                flush=True,
             )
     print(f"slow runs: slots only {counts['slots only']}/{runs}, default {counts['default']}/{runs}")
     return 0
