@@ -11,7 +11,7 @@ it was slow (over 150 µs: 3.5 GB/s or less), the path in force for that size an
 estimates of its whole calls' speed on each path (GB/s; 0.0: none yet), and a control without uniccl:
 two plain processes passing 32 MiB through a shared ring of four 1 MiB numpy chunks (GB/s). When the
 control is slow too (on 2026-12-07: 3.2-3.9 against 13.7-15.1 GB/s), the spell is the machine's
-hand-over of data between its cores, not the engine's.
+hand-over of cached data between its cores (which the slots depend on; the MPIs escaped it).
 Run with no other load: a busy machine makes every run slow.
 """
 
