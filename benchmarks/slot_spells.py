@@ -3,6 +3,7 @@
 choices"): a whole process pair whose slot copies run at a fraction of their usual speed.
 
     python benchmarks/slot_spells.py [RUNS]         # default 10 runs
+    python benchmarks/slot_spells.py --control [KIB ...]   # the control alone, per chunk size
 
 Each run is a fresh ``uniccl run -n 2`` job (as a user starts one) that times blocks of 100
 broadcasts of 512 KiB from rank 0 twice, through the engine's slots only (``UNICCL_SHM_CMA=0``) and
@@ -10,8 +11,10 @@ with the default choice (live choices), and prints per run the median block in Â
 it was slow (over 150 Âµs: 3.5 GB/s or less), the path in force for that size and rank 1's running
 estimates of its whole calls' speed on each path (GB/s; 0.0: none yet), and a control without uniccl:
 two plain processes passing 32 MiB through a shared ring of four 1 MiB numpy chunks (GB/s). When the
-control is slow too (on 2026-12-07: 3.2-3.9 against 13.7-15.1 GB/s), the spell is the machine's
+control is slow too (on 2026-12-07, 1 MiB chunks: 3.5-3.7 against 14.8 GB/s), the spell is the machine's
 hand-over of cached data between its cores (which the slots depend on; the MPIs escaped it).
+``--control`` runs the control alone for chunks of each size given (default 64 256 1024 4096 8192
+KiB), beside the same copies made by one process (no hand-over between cores).
 Run with no other load: a busy machine makes every run slow.
 """
 
@@ -51,9 +54,12 @@ def worker() -> None:
             print("RESULT " + json.dumps(rows), flush=True)
 
 
-def control(nbytes: int = 32 << 20, chunk: int = 1 << 20, ring_chunks: int = 4, rounds: int = 10) -> float:
+def control(
+    nbytes: int = 32 << 20, chunk: int = 1 << 20, ring_chunks: int = 4, rounds: int = 10, pair: bool = True
+) -> float:
     """GB/s of a plain producer/consumer pair: a forked child copies chunks of its array into a shared
-    ring, this process copies them out, each spinning on the other's chunk counter."""
+    ring, this process copies them out, each spinning on the other's chunk counter.  ``pair=False``:
+    this process makes both copies of every chunk itself."""
     import mmap
 
     import numpy as np
@@ -61,13 +67,16 @@ def control(nbytes: int = 32 << 20, chunk: int = 1 << 20, ring_chunks: int = 4, 
     shared = mmap.mmap(-1, chunk * ring_chunks + 16)  # anonymous and shared: the child sees it
     ring = np.frombuffer(shared, np.uint8, chunk * ring_chunks)
     done = np.frombuffer(shared, np.int64, 2, chunk * ring_chunks)  # chunks written, chunks read
-    child = os.fork()
+    child = os.fork() if pair else None
     x = np.ones(nbytes, np.uint8)
     t0 = time.perf_counter()
     for k in range(rounds * (nbytes // chunk)):
         part = x[(k % (nbytes // chunk)) * chunk :][:chunk]
         box = ring[(k % ring_chunks) * chunk :][:chunk]
-        if child == 0:
+        if child is None:
+            np.copyto(box, part)
+            np.copyto(part, box)
+        elif child == 0:
             while k - done[1] >= ring_chunks:
                 if time.perf_counter() > t0 + 60:  # the reader is gone: do not spin on as an orphan
                     os._exit(1)
@@ -82,7 +91,8 @@ def control(nbytes: int = 32 << 20, chunk: int = 1 << 20, ring_chunks: int = 4, 
     if child == 0:
         os._exit(0)
     gbps = nbytes * rounds / (time.perf_counter() - t0) / 1e9
-    os.waitpid(child, 0)
+    if child:
+        os.waitpid(child, 0)
     return gbps
 
 
@@ -130,5 +140,12 @@ def main() -> int:
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         worker()
+    elif "--control" in sys.argv:
+        for kib in [int(a) for a in sys.argv[sys.argv.index("--control") + 1 :]] or [64, 256, 1024, 4096, 8192]:
+            print(
+                f"{kib:5d} KiB chunks: two processes {control(chunk=kib << 10):5.1f} GB/s, "
+                f"one process {control(chunk=kib << 10, pair=False):5.1f} GB/s",
+                flush=True,
+            )
     else:
         sys.exit(main())
