@@ -2465,14 +2465,15 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
          * only help once the output cannot stay in the last-level cache (32 MiB here;
          * sysconf's L3 size is not trustworthy in VMs); a broadcast of 32 MiB or more is
          * faster through the pipelined slots than read by every peer at once (1.0-1.7x
-         * at 2 and 4 ranks from 32-256 MiB; equal or slower below: docs/performance.md). */
+         * at 2 and 4 ranks from 32-256 MiB; equal or slower below: docs/performance.md) --
+         * a fixed limit only where the calls' speeds do not decide (live): in the VM's slow
+         * spells the slots move 1.8 GB/s there against single-copy reads' 18. */
         h->small_bytes = t.small_bytes ? t.small_bytes : size <= 2 ? 4096 : 16384;
         h->cma_min_bytes = t.cma_min_bytes ? t.cma_min_bytes : size <= 2 ? 16384 : 65536;
         h->nt_min_bytes = t.nt_min_bytes ? t.nt_min_bytes : (32u << 20);
         h->cma_reduce_min_bytes = t.cma_reduce_min_bytes == (size_t)-1 ? 0 /* never */
                                   : t.cma_reduce_min_bytes             ? t.cma_reduce_min_bytes
                                                                        : (256u << 10);
-        h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes : (32u << 20);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
         /* with more ranks than CPUs every chunk is a rendezvous of descheduled ranks: whole slots */
         h->pipe_min_bytes = size > cpu_count() || slot_bytes < (32u << 10) ? slot_bytes : (32u << 10);
@@ -2481,6 +2482,9 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                            : measure       ? measure_cma_speed()
                                            : UC_SHM_CMA_ALWAYS;
         h->live = measure && h->cma_speed_ppm != UC_SHM_CMA_ALWAYS; /* then the calls' own speeds decide */
+        h->cma_bcast_max_bytes = t.cma_bcast_max_bytes ? t.cma_bcast_max_bytes
+                                 : h->live             ? (uint64_t)-1
+                                                       : (32u << 20);
         h->slot_gbps = t.slot_gbps > 0 ? t.slot_gbps : 0;
         h->creator_pid = getpid();
         h->checksum = t.checksum ? 1 : 0;

@@ -74,7 +74,8 @@ typedef struct {
     size_t cma_reduce_min_bytes; /* reductions with single-copy pulls/pushes from this many bytes
                                     per rank's part ((size_t)-1: never) */
     size_t cma_bcast_max_bytes;  /* broadcasts this large or larger go through the slots even where
-                                    single-copy reads are on ((size_t)-1: no limit) */
+                                    single-copy reads are on ((size_t)-1: no limit; 0: the default,
+                                    32 MiB, none where the calls' speeds choose) */
     uint64_t spin_ns;            /* busy-wait this long before yielding (default 20 us; none with
                                     more ranks than CPUs) */
     uint64_t yield_ns;           /* then sched_yield until this long, then sleep on a futex */

@@ -304,7 +304,8 @@ VARS: dict[str, Var] = {
             "UNICCL_SHM_CMA_BCAST_MAX_BYTES",
             "size",
             None,
-            "shared-memory tuning: the smallest broadcast through the slots where single-copy reads are on (-1: none)",
+            "shared-memory tuning: the smallest broadcast through the slots where single-copy reads are on (-1: none;"
+            " default 32 MiB, none where the calls' speeds choose the path)",
             minimum=0,
             special=(("-1", -1),),
         ),
