@@ -1,6 +1,6 @@
 """Single-copy reads (CMA) against the engine's slots for the data movers, in the same processes:
-two shared-memory engines, one with the default single-copy threshold and one that never reads a
-peer's memory directly, timed alternately (7 rounds, the median of each), so that the machine's
+two shared-memory engines, one with the default single-copy threshold (and no upper limit for
+broadcasts) and one that never reads a peer's memory directly, timed alternately (7 rounds, the median of each), so that the machine's
 changing speed weighs on both alike.
 
     uniccl run -n 2 python benchmarks/cma_vs_slots.py [COLLECTIVES] [SIZES]
@@ -50,7 +50,9 @@ def main() -> None:
         for tag, cma_min in (("cma", 16384 if n <= 2 else 65536), ("slots", 1 << 40)):
             name = f"/uniccl-cma-vs-slots-{token}-{tag}"
             if r == 0:
-                engines[tag] = ShmEngine(name, 0, n, True, 1 << 20, fn, 60.0, cma=True, cma_min_bytes=cma_min)
+                engines[tag] = ShmEngine(
+                    name, 0, n, True, 1 << 20, fn, 60.0, cma=True, cma_min_bytes=cma_min, cma_bcast_max_bytes=-1
+                )
                 comm.barrier()
             else:
                 comm.barrier()
