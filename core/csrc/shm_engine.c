@@ -59,10 +59,10 @@
 
 #define UC_SHM_MAGIC 0x48536c6363696e75ULL /* "uniccl SH" little endian */
 #define UC_SHM_VERSION                                                                                       \
-    11 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;  \
+    12 /* 2: the record moved into the ready line; 3: its with_data flag; 4: cma_bcast_max_bytes; 5: boxes;  \
          6: cma_speed_ppm; 7: live speeds; 8: live choices per collective from whole calls (choice, obs);    \
          9: 8 KiB boxes; 10: a box's stamp, form and packed record in its first line;                        \
-         11: stage_nt_max_bytes */
+         11: stage_nt_max_bytes; 12: no pipe_min_bytes (a broadcast's chunks are whole slots) */
 #define LINE 128 /* two 64-byte lines: the adjacent-line prefetcher moves pairs */
 #define PAGE 4096
 #define NREC UC_SHM_RECORD_WORDS
@@ -181,7 +181,6 @@ typedef struct {
     uint32_t version, size;
     uint64_t slot_bytes, total_bytes, ctrl_bytes;
     uint64_t small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
-    uint64_t pipe_min_bytes;     /* the smallest chunk of a broadcast through the slots (pipe_chunk) */
     uint64_t stage_nt_max_bytes; /* a broadcast's chunks up to this size are staged with streaming stores */
     int64_t creator_pid;
     uint32_t checksum; /* 1: every region read from a peer's slot is CRC-checked (the creator's choice) */
@@ -201,7 +200,7 @@ struct uc_shm {
     uc_ctrl *ctrl;
     uint8_t *slots;
     size_t slot_bytes, small_bytes, cma_min_bytes, cma_reduce_min_bytes, nt_min_bytes, cma_bcast_max_bytes;
-    size_t pipe_min_bytes, stage_nt_max_bytes;
+    size_t stage_nt_max_bytes;
     uint32_t cma_speed_ppm;
     int live;                            /* uc_hdr.live */
     uint64_t choice[NCHOICE_WORDS];      /* the choices in force (adopted at the last rendezvous) */
@@ -1810,27 +1809,18 @@ static inline int use_cma(uc_shm *e, int coll, size_t per_peer_bytes, uint32_t n
     return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && choose_cma(e, coll, per_peer_bytes, need);
 }
 
-/* The chunk of a broadcast's pipeline through the root's slots, where the others copy out chunk
- * k - 1 while the root stages chunk k: a quarter of the call, from pipe_min_bytes up to 128 KiB,
- * for calls up to PIPE_MAX_BYTES; a whole slot above.  2 ranks, the two alternated in one process
- * (2026-12-07, slots forced): 128 KiB 1.21-1.22x, 512 KiB 1.05-1.10x faster so; 1 MiB -1 to +13 %,
- * 2 and 8 MiB slower with any smaller chunk (0.8-0.95x).  Every rank computes it from the same n
- * and header. */
-#define PIPE_MAX_BYTES (512u << 10)
-/* The root stages a broadcast's chunks up to this size with streaming stores: a chunk of plain stores
- * still dirty in the root's cache is slow to read from another core -- 2 ranks, 2026-12-07, six jobs
- * of the two alternated in one process: 64 KiB 9.0 -> 5.3-6.1 us, 256 KiB 32 -> 21, a 512 KiB call (128
- * KiB chunks) 61 -> 40; from 1 MiB chunks the plain stores' hand-over through the shared cache wins
- * (1 MiB 31 against 57 us).  With more ranks than CPUs every chunk (4 ranks on 2 cores, 16 KiB-2 MiB:
- * 1.3-1.8x faster). */
-#define STAGE_NT_MAX_BYTES (256u << 10)
-static size_t pipe_chunk(const uc_shm *e, size_t n) {
-    if (n > PIPE_MAX_BYTES) return e->slot_bytes;
-    size_t c = n / 4 / PAGE * PAGE;
-    if (c > (128u << 10)) c = 128u << 10;
-    if (c < e->pipe_min_bytes) c = e->pipe_min_bytes;
-    return c < e->slot_bytes ? c : e->slot_bytes;
-}
+/* The root stages a broadcast's chunks (whole slots: the others copy out chunk k - 1 while it stages
+ * chunk k) up to this size with streaming stores: a chunk of plain stores still dirty in the root's
+ * cache is slow to read from another core, and in the VM's slow spells 5-7x slower.  2 ranks,
+ * 2026-12-07, the two alternated in one process, six jobs outside a spell and three in one: 64 KiB
+ * 9.0 -> 5.2-5.6 us outside, 30.6-33.5 -> 5.4-8.2 in; 256 KiB 27-29 -> 20-21, 115-126 -> 18.5-19.5;
+ * 512 KiB 27-30 -> 35-38 outside (the one size that loses), 201-210 -> 31-32 in; from 1 MiB chunks
+ * plain stores win outside (31 against 57; in a spell the live choices take single-copy reads).
+ * With more ranks than CPUs every chunk (4 ranks on 2 cores: 16 KiB-2 MiB and 32 MiB 1.2-1.8x
+ * faster, 8 MiB level).  Cut into quarters (56d64b6), calls of up to 512 KiB were slower in the same
+ * jobs (512 KiB streamed 37-41 us outside a spell; 56d64b6's measure of the night before had the
+ * quarters 1.05-1.2x faster, with plain stores, on a machine in another state). */
+#define STAGE_NT_MAX_BYTES (512u << 10)
 
 static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
     int rc = UC_SHM_OK;
@@ -1863,7 +1853,7 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
         }
         return UC_SHM_OK;
     }
-    size_t chunk = pipe_chunk(e, nbytes), nchunks = (nbytes + chunk - 1) / chunk;
+    size_t chunk = e->slot_bytes, nchunks = (nbytes + chunk - 1) / chunk;
     int nt = nbytes >= e->nt_min_bytes;
     uint64_t g0 = e->g;
     e->g += nchunks;
@@ -2487,8 +2477,6 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
                                   : t.cma_reduce_min_bytes             ? t.cma_reduce_min_bytes
                                                                        : (256u << 10);
         if (h->small_bytes > slot_bytes) h->small_bytes = slot_bytes;
-        /* with more ranks than CPUs every chunk is a rendezvous of descheduled ranks: whole slots */
-        h->pipe_min_bytes = size > cpu_count() || slot_bytes < (32u << 10) ? slot_bytes : (32u << 10);
         h->stage_nt_max_bytes = size > cpu_count() ? (uint64_t)-1 : STAGE_NT_MAX_BYTES;
         int measure = !t.cma_speed_ppm && cma_allowed == 2 && size > 1 && !t.checksum;
         h->cma_speed_ppm = t.cma_speed_ppm ? t.cma_speed_ppm
@@ -2540,7 +2528,6 @@ uc_shm *uc_shm_open(const char *name, int rank, int size, int create, size_t slo
     e->nt_min_bytes = h->nt_min_bytes;
     e->cma_reduce_min_bytes = h->cma_reduce_min_bytes;
     e->cma_bcast_max_bytes = h->cma_bcast_max_bytes;
-    e->pipe_min_bytes = h->pipe_min_bytes;
     e->stage_nt_max_bytes = h->stage_nt_max_bytes;
     e->cma_speed_ppm = h->cma_speed_ppm;
     e->live = (int)h->live;
