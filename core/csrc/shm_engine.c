@@ -2127,11 +2127,10 @@ static int scatter_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, in
             WAIT_SLOT(e, g);
             uint8_t *s = slot(e, me, g);
             for (int q = 0; q < n; q++)
-                if (q != me) {
-                    copy_out(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m, stream);
-                    seal(e, g, q, s + (size_t)q * mb, m);
-                }
-            nt_fence(e);
+                if (q != me) copy_out(e, s + (size_t)q * mb, send + (size_t)q * bb + off, m, stream);
+            nt_fence(e); /* before the checksums read the blocks back, and before the signal */
+            for (int q = 0; q < n; q++)
+                if (q != me) seal(e, g, q, s + (size_t)q * mb, m);
             sig(e, OFF_READY, g + 1);
             if (k == 0) CHECKED(rec_meet(e, g0, 1));
         } else {

@@ -91,7 +91,7 @@ def attach_standalone(name: str, rank: int, size: int, slot_bytes: int, timeout:
 # ------------------------------------------------------------------ matrix
 def block_counts(dt, slot_bytes: int, full: bool) -> list[int]:
     per_slot = slot_bytes // dt.itemsize
-    if not full:  # a fifth of a slot: a broadcast pipelined in chunks smaller than a slot, the last one short
+    if not full:  # a fifth of a slot and 3.5 slots: blocks under a slot, and a last chunk short
         return [0, 1, 1023, per_slot // 5 + 3, per_slot + 1, 7 * per_slot // 2]
     return [0, 1, 7, 1023, per_slot - 1, per_slot, per_slot + 1, 7 * per_slot // 2]
 
