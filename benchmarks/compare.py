@@ -158,10 +158,12 @@ def pip_install(module, requirement):
 def schedule(size, args):
     """(iters, warmup) for a requested size: 50 + 10 warm-up calls up to 2 MiB (more than
     nccl-tests' 20 + 5: on a shared 2-core machine one lost 4 ms scheduler tick would
-    swamp 20 calls of a few µs), then about 128 MiB of traffic per size, at least 5 + 1
-    calls, which keeps the 128 MiB rows to a few seconds."""
+    swamp 20 calls of a few µs), then about 128 MiB of traffic per size, at least 5 timed
+    calls, which keeps the 128 MiB rows to a few seconds; never fewer than nccl-tests' 5
+    warm-up calls (with 1, uniccl's live choices, which time each path twice in a size
+    class's first 4 calls, and every library's first touch of its pages fell in the timed ones)."""
     iters = max(5, min(50, (128 << 20) // max(size, 1)))
-    return (args.iters or iters, args.warmup if args.warmup is not None else max(1, min(10, iters // 4)))
+    return (args.iters or iters, args.warmup if args.warmup is not None else max(5, min(10, iters // 4)))
 
 
 # ------------------------------------------------------------ running jobs
