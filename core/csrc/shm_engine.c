@@ -1669,6 +1669,8 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
     return rc;
 }
 
+#define PAIR_NT_MAX_BYTES (256u << 10) /* reduce_pair's staging streams up to this (below) */
+
 /* A reduce of two ranks through the slots: the other rank stages its input chunk by chunk and
  * the root folds each chunk straight into recv, its own input and the staged chunk in rank order.
  * The root moves about 3 bytes (2 read, 1 written) per byte reduced, where the general pipeline
@@ -1684,9 +1686,12 @@ static int reduce_pair(uc_shm *e, const char *send, char *recv, size_t count, si
         uint64_t g = g0 + k;
         size_t off = k * chunk, m = count - off < chunk ? count - off : chunk;
         if (me != root) {
-            /* streamed as a broadcast's chunks (2026-12-07, in-process A/B outside a spell: 32 KiB
-             * 6.2-6.3 -> 5.1 us, 128 KiB 16.6-17.5 -> 13.8-15.9, from 512 KiB level) */
-            CHECKED(stage(e, g, send + off * isz, m * isz, m * isz <= e->stage_nt_max_bytes));
+            /* streamed up to PAIR_NT_MAX_BYTES (2026-12-07, in-process A/B, 2 jobs outside a spell:
+             * 32 KiB 6.2-6.4 -> 5.0-5.2 us, 128 KiB 17.4-17.6 -> 13.6-14.2, 256 KiB 23.1-25.1 ->
+             * 27.1-28.7, 512 KiB 22.2-22.4 -> 42.2-45.8, 1 MiB 40-41 -> 75-77; in a spell 128 KiB
+             * 67-75 -> 13.6-14.2: 256 KiB streams for that, and from 512 KiB the single-copy
+             * reduce, which spells do not touch, is the live choices' other path) */
+            CHECKED(stage(e, g, send + off * isz, m * isz, m * isz <= PAIR_NT_MAX_BYTES));
             if (k == 0) CHECKED(rec_meet(e, g0, 1));
         } else {
             if (k == 0) CHECKED(rec_meet(e, g0, 0));
