@@ -1816,6 +1816,26 @@ static inline int use_cma(uc_shm *e, int coll, size_t per_peer_bytes, uint32_t n
     return e->cma == 1 && per_peer_bytes >= e->cma_min_bytes && choose_cma(e, coll, per_peer_bytes, need);
 }
 
+/* Two ranks, single-copy, generation g: `n` bytes from rank `from`'s buffer into the other's, half
+ * by each at once (the receiver reads the first half, `from` writes the second), so that both
+ * cores copy where a read alone leaves one idle.  `mine`: this rank's end.  Returns after this
+ * rank's CONSUMED; the caller waits for the peer's (its half done) before it returns. */
+static int cma_halves(uc_shm *e, uint64_t g, int from, const void *mine, size_t n) {
+    int peer = 1 - e->rank, rc;
+    size_t half = n / 2 / 64 * 64;
+    publish(e, mine);
+    sig(e, OFF_READY, g + 1);
+    CHECKED(rec_meet(e, g, 1));
+    WAIT(e, OFF_READY, g + 1, peer);
+    if (e->rank == from)
+        rc = cma_write(e, peer, published(e, peer) + half, (const char *)mine + half, n - half);
+    else
+        rc = cma_read(e, peer, (void *)mine, published(e, peer), half);
+    if (rc) return rc;
+    sig(e, OFF_CONSUMED, g + 1);
+    return UC_SHM_OK;
+}
+
 /* The root stages a broadcast's chunks (whole slots: the others copy out chunk k - 1 while it stages
  * chunk k) up to this size with streaming stores: a chunk of plain stores still dirty in the root's
  * cache is slow to read from another core, and in the VM's slow spells 5-7x slower.  2 ranks,
@@ -1846,23 +1866,10 @@ static int broadcast_impl(uc_shm *e, void *buf_, size_t nbytes, int root) {
     CHECKED(rec_publish(e));
     if (nbytes < e->cma_bcast_max_bytes && use_cma(e, UC_SHM_COLL_BROADCAST, nbytes, PPM(0.9))) {
         uint64_t g = e->g++;
-        if (n == 2) {
-            /* the root writes the second half into the peer's buffer while the peer reads the
-             * first (2026-12-07, in-process A/B: 512 KiB 23.8 -> 12.3-15.5 us, 2 MiB 83-86 -> 44-53,
-             * 32 MiB 1800-1860 -> 1010-1150; 32 KiB level) */
-            int peer = 1 - me;
-            size_t half = nbytes / 2 / 64 * 64;
-            publish(e, buf);
-            sig(e, OFF_READY, g + 1);
-            CHECKED(rec_meet(e, g, 1));
-            WAIT(e, OFF_READY, g + 1, peer);
-            if (me == root)
-                rc = cma_write(e, peer, published(e, peer) + half, buf + half, nbytes - half);
-            else
-                rc = cma_read(e, root, buf, published(e, root), half);
-            if (rc) return rc;
-            sig(e, OFF_CONSUMED, g + 1);
-            WAIT(e, OFF_CONSUMED, g + 1, peer);
+        if (n == 2) { /* 2026-12-07, in-process A/B: 512 KiB 23.8 -> 12.3-15.5 us, 2 MiB 83-86 ->
+                       * 44-53, 32 MiB 1800-1860 -> 1010-1150; 32 KiB level */
+            CHECKED(cma_halves(e, g, root, buf, nbytes));
+            WAIT(e, OFF_CONSUMED, g + 1, 1 - me);
             return UC_SHM_OK;
         }
         if (me == root) {
@@ -2071,22 +2078,12 @@ static int gather_impl(uc_shm *e, const void *send_, void *recv_, size_t bb, int
     CHECKED(rec_publish(e));
     if (use_cma(e, UC_SHM_COLL_GATHER, bb, PPM(0.9))) {
         uint64_t g = e->g++;
-        if (n == 2) {
-            /* the peer writes the second half of its block into the root's recv while the root
-             * reads the first (2026-12-07, in-process A/B: 512 KiB 23-29 -> 16-21 us, 8 MiB 288-343
-             * -> 194-231, 32 MiB 1880 -> 1510; the slots stay as fast from 512 KiB: live choices) */
+        if (n == 2) { /* the peer's block in halves (2026-12-07, in-process A/B: 512 KiB 23-29 ->
+                       * 16-21 us, 8 MiB 288-343 -> 194-231, 32 MiB 1880 -> 1510; the slots stay as
+                       * fast from 512 KiB: the live choices pick) */
             int peer = 1 - me;
-            size_t half = bb / 2 / 64 * 64;
-            publish(e, is_root ? (const void *)(recv + (size_t)peer * bb) : send);
-            sig(e, OFF_READY, g + 1);
-            CHECKED(rec_meet(e, g, 1));
-            WAIT(e, OFF_READY, g + 1, peer);
-            if (is_root)
-                rc = cma_read(e, peer, recv + (size_t)peer * bb, published(e, peer), half);
-            else
-                rc = cma_write(e, root, published(e, root) + half, send + half, bb - half);
-            if (rc) return rc;
-            sig(e, OFF_CONSUMED, g + 1);
+            CHECKED(
+                cma_halves(e, g, 1 - root, is_root ? (const void *)(recv + (size_t)peer * bb) : send, bb));
             if (copy_own) copy_out(e, mine, send, bb, nt);
             WAIT(e, OFF_CONSUMED, g + 1, peer);
             return UC_SHM_OK;
