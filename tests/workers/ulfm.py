@@ -19,6 +19,7 @@ comm = uniccl.init(timeout=30)
 rank, size = comm.rank, comm.size
 victim = size - 1
 row = {"rank": rank, "transport": comm.tuner.transport, "can_shrink": comm._t.can_shrink}
+row["async_finalize"] = os.environ.get("OMPI_MCA_async_mpi_finalize")  # uniccl's, before MPI_Init
 x = np.empty(1 << 14)
 t_fail = None
 try:

@@ -33,6 +33,14 @@ def mpi():
     """Import mpi4py.MPI (initialising MPI with MPI_THREAD_MULTIPLE) once."""
     import mpi4py
 
+    if _ft_requested():
+        # Under ULFM, Open MPI's MPI_Finalize first shrinks away the dead ranks and runs a
+        # synchronous barrier among the survivors (which flushes their messages), then a PMIx
+        # fence through mpiexec: that fence hung the survivors after a rank had died (1 run in
+        # 6-15 with both cores busy; open-mpi/ompi#11404).  Skip the fence (MCA async_mpi_finalize,
+        # read at MPI_Init), unless the user chose otherwise.
+        os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
+
     mpi4py.rc.thread_level = "multiple"
     from mpi4py import MPI
 
@@ -58,6 +66,11 @@ def abort_at_exit(status: int = 1) -> None:
 _ON = ("1", "true", "yes", "on", "enabled")  # Open MPI's spellings of a true MCA boolean
 
 
+def _ft_requested() -> bool:
+    """Whether mpiexec asked for ULFM (``--with-ft ulfm`` sets ``OMPI_MCA_mpi_ft_enable`` in every rank)."""
+    return os.environ.get("OMPI_MCA_mpi_ft_enable", "").lower() in _ON
+
+
 @functools.cache
 def ulfm() -> tuple[bool, str]:
     """(on, why): whether this MPI job survives a dead rank through ULFM's MPIX_Comm_revoke,
@@ -71,7 +84,7 @@ def ulfm() -> tuple[bool, str]:
         return False, f"{name} has no ULFM (MPIX_Comm_revoke): a dead rank ends the job"
     if name != "Open MPI":  # MPICH 5's ULFM prototype aborted internally in our tests (docs/reliability.md)
         return False, f"{name}'s ULFM prototype is not used (Open MPI 5's is): a dead rank ends the job"
-    if os.environ.get("OMPI_MCA_mpi_ft_enable", "").lower() not in _ON:
+    if not _ft_requested():
         return (
             False,
             "Open MPI has ULFM, off in this job: start it with 'mpiexec --with-ft ulfm' to survive a dead rank",
