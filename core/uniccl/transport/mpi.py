@@ -36,8 +36,8 @@ def mpi():
     if _ft_requested():
         # Under ULFM, Open MPI's MPI_Finalize first shrinks away the dead ranks and runs a
         # synchronous barrier among the survivors (which flushes their messages), then a PMIx
-        # fence through mpiexec: that fence hung the survivors after a rank had died (1 run in
-        # 6-15 with both cores busy; open-mpi/ompi#11404).  Skip the fence (MCA async_mpi_finalize,
+        # fence through mpiexec: that fence hung the survivors after a rank had died (4 runs in
+        # 30 with both cores busy; open-mpi/ompi#11404).  Skip the fence (MCA async_mpi_finalize,
         # read at MPI_Init), unless the user chose otherwise.
         os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
 
