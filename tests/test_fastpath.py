@@ -33,3 +33,14 @@ def test_peer_killed_inside_served_calls():
     assert sorted(int(r) for r, _, _ in lines) == [0, 2], res.stdout + res.stderr
     for _, served, text in lines:
         assert int(served) >= 400 and "rank 1" in text, text
+
+
+def test_served_calls_refuse_what_the_general_path_refuses():
+    """Found by an adversarial review (2026-12-07): a call refused in a group was learnt and
+    then served past its buffer (heap corruption), a bad op raised inside the group (the peer
+    waited its timeout), a call matched in one thread ran another thread's newly learnt shape,
+    a persistent start ran on a buffer resized since init (use after free), and a buffer wrapper
+    from a module named uniccl* was compared by identity."""
+    res = uniccl_run(2, "misuse", timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert len(re.findall(r"rank \d+: misuse ok", res.stdout)) == 2, res.stdout

@@ -6,6 +6,11 @@ usage: fastpath.py MODE   (run under ``uniccl run -n N``)
 MODE basic: the checks below, one line "rank R: ok SERVED" per rank.
 MODE kill: rank 1 SIGKILLs itself inside a loop of served calls; the others must raise
 RemoteError naming rank 1 (printed "rank R: RemoteError ...").
+MODE misuse (2 ranks): what a served call must not do that the general path does not, "rank R:
+misuse ok" per rank: learn from a call queued in a group (and then serve a call the checks
+refuse, writing past a buffer), raise inside the group, run a call matched in one thread with
+the shape another thread learnt meanwhile, start a persistent call on a buffer resized, retyped
+or made read-only since init, or take a buffer wrapper for a scalar because of its module's name.
 """
 
 import os
@@ -49,6 +54,100 @@ if mode == "kill":
         print(f"rank {r}: RemoteError served={fast.served} {exc}", flush=True)
         sys.exit(0)
     sys.exit(f"rank {r}: no error")
+
+if mode == "misuse":
+    import threading
+    import types
+
+    assert n == 2
+    # a. a call refused inside a group (float32 recvbuf for float64 data; a recvbuf of 4 for
+    #    16384), then the same call outside it: refused again, every time, the buffers untouched
+    for recv in (np.zeros(16384, np.float32), np.zeros(4, np.float64)):
+        send = np.ones(16384, np.float64)
+        for attempt in range(3):
+            try:
+                if attempt == 0:
+                    with uniccl.group():
+                        comm.all_reduce(send, recv)
+                else:
+                    comm.all_reduce(send, recv)
+                sys.exit(f"rank {r}: all_reduce into {recv.dtype}[{recv.size}] was not refused")
+            except uniccl.InvalidArgument as exc:
+                assert exc.argument == "recvbuf", exc
+            assert not recv.any() and (send == 1).all(), (attempt, recv[:4])
+    # b. a bad op inside a group on rank 0 only: the group raises on every rank at its end
+    #    (rank 0 InvalidArgument; rank 1 RemoteError naming it at once), nobody waits a timeout
+    x = np.ones(8, np.float64)
+    t0, raised = time.monotonic(), uniccl.InvalidArgument if r == 0 else uniccl.RemoteError
+    try:
+        with uniccl.group():
+            comm.all_reduce(x, None, "bogus" if r == 0 else "sum")
+        sys.exit(f"rank {r}: the group with a bad op did not raise")
+    except raised as exc:
+        assert "bogus" in str(exc) and time.monotonic() - t0 < 5, exc
+    # c. thread A's call matches the learnt shape, then waits for the lock while this thread's
+    #    call of another shape runs and is learnt: A must still reduce a, and b only once
+    a = np.ones(8, np.float64)
+    comm.all_reduce(a)
+    comm.all_reduce(a)
+    a[:] = r + 1.0
+    b = np.full(1 << 17, r + 1.0)
+    comm._lock.acquire()  # (reentrant: this thread's call below takes it again)
+    ta = threading.Thread(target=comm.all_reduce, args=(a,))
+    ta.start()
+    time.sleep(0.3)  # A matched and waits at the lock
+    comm.all_reduce(b)
+    comm._lock.release()
+    ta.join()
+    assert np.array_equal(a, np.full(8, 3.0)) and np.array_equal(b, np.full(1 << 17, 3.0)), (a[:2], b[:2])
+    # d. a persistent all_reduce whose buffer changed since init: start() as the ordinary call
+    #    (checked again) -- resized (its memory moved), made read-only, retyped in place
+    for change in ("resize", "readonly", "retype"):
+        y = np.full(1 << 16, r + 1.0)
+        req = comm.all_reduce_init(y)
+        req.start()
+        req.wait()
+        assert np.array_equal(y, np.full(1 << 16, 3.0))
+        if change == "resize":
+            y.resize(1 << 17, refcheck=False)
+            y[:] = r + 1.0
+            req.start()
+            assert req.wait() is y and np.array_equal(y, np.full(1 << 17, 3.0)), y[[0, -1]]
+        elif change == "readonly":
+            y.flags.writeable = False
+            try:
+                req.start()
+                sys.exit(f"rank {r}: a start on a read-only buffer ran")
+            except uniccl.InvalidArgument as exc:
+                assert exc.argument == "sendbuf", exc
+            assert np.array_equal(y, np.full(1 << 16, 3.0)), y[:2]
+        else:
+            y.dtype = np.float32  # the same bytes, twice the elements
+            y[:] = r + 1.0
+            req.start()
+            req.wait()
+            assert np.array_equal(y, np.full(1 << 17, 3.0, np.float32)), y[:4]
+        req.free()
+    # e. a buffer wrapper (DLPack) from a module whose name starts with "uniccl": its memory is
+    #    read at every call, not the wrapper taken for a scalar compared by identity
+    wrapmod = types.ModuleType("uniccl_userbuf")
+    exec(
+        "class Buf:\n"
+        "    def __init__(self, arr): self.arr = arr\n"
+        "    def __dlpack__(self, **kw): return self.arr.__dlpack__(**kw)\n"
+        "    def __dlpack_device__(self): return self.arr.__dlpack_device__()\n",
+        wrapmod.__dict__,
+    )
+    w = wrapmod.Buf(np.full(8, r + 1.0))
+    comm.all_gather(np.ones(2), np.zeros(4))  # (another collective's shape between)
+    for k in range(4):
+        w.arr = np.full(8, (r + 1.0) * (k + 1))
+        comm.reduce(w, None, "sum", 0)
+        if r == 0:
+            assert np.array_equal(w.arr, np.full(8, 3.0 * (k + 1))), (k, w.arr[:2])
+    print(f"rank {r}: misuse ok", flush=True)
+    comm.destroy()
+    sys.exit(0)
 
 # 1. in place, fresh values every call: each result checked against float64 numpy
 base = np.arange(7, dtype=np.float64) + 0.5

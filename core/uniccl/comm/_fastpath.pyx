@@ -47,11 +47,9 @@ import os
 from uniccl._errors import InvalidUsage, UnicclError
 from uniccl._types import ReduceOp
 from uniccl.comm import agreement as _agreement
-from uniccl.comm import checks as _checks
 from uniccl.comm import native as _routes
 from uniccl.comm import outcome as _outcome
 from uniccl.comm import plans as _plans
-from uniccl.comm._buffer import as_buffer
 from uniccl.observability import flight as _fl
 from uniccl.transport import record as _record
 
@@ -474,9 +472,13 @@ cdef class FastPath:
     def learn_all_reduce(self, sendbuf, recvbuf, op):
         """After the general path ran this all_reduce: keep its shape if a later call of the
         same shape may be served here (exact numpy arrays, an op other than AVG, the tuner's
-        choice the shared-memory engine)."""
+        choice the shared-memory engine).  Never raises: the call itself succeeded.  A call
+        queued in an open group has not run (its checks come at the group's end): nothing is
+        learnt from it.  The shape kept is the one the planner checked in full."""
         cdef cnp.ndarray s, r
-        self.ar_known = False
+        if _groups_open:
+            return  # (the shape learnt before stays: it came from a call that ran)
+        self.ar_known = False  # first: a call in another thread meanwhile misses (_all_reduce)
         comm = self.comm
         if (type(sendbuf) is not cnp.ndarray or comm._hier is not None or comm._faults is not None
                 or self.engine is None):
@@ -484,11 +486,13 @@ cdef class FastPath:
         inplace = recvbuf is None or recvbuf is sendbuf
         if not inplace and type(recvbuf) is not cnp.ndarray:
             return
-        rop = _checks.reduce_op(comm, op, "all_reduce")
-        if rop is AVG:
+        try:
+            plan = _plans.all_reduce(comm, sendbuf, recvbuf, op)  # every check of the call's
+        except UnicclError:
             return
-        send = as_buffer(sendbuf, "all_reduce", "sendbuf", self.rank, inplace)
-        choice = self.tuner.choose("all_reduce", send.nbytes)
+        if plan.op is AVG or plan.engine is None:
+            return
+        choice = self.tuner.choose("all_reduce", plan.nbytes)
         if choice.transport != "shm":
             return
         s = <cnp.ndarray>sendbuf
@@ -498,10 +502,10 @@ cdef class FastPath:
         self.ar_send, self.ar_recv = <uintptr_t>cnp.PyArray_DATA(s), <uintptr_t>cnp.PyArray_DATA(r)
         self.ar_scount, self.ar_rcount = cnp.PyArray_SIZE(s), cnp.PyArray_SIZE(r)
         self.ar_stype, self.ar_rtype = cnp.PyArray_TYPE(s), cnp.PyArray_TYPE(r)
-        self.ar_dtype, self.ar_count, self.ar_nbytes = send.dtype, send.count, send.nbytes
-        self.ar_op_code, self.ar_kop = int(rop), _plans._KERNEL_OP[rop]
-        self.ar_stat = self.telemetry.stat("all_reduce", send.nbytes) if self.telemetry is not None else None
-        self.ar_known = True
+        self.ar_dtype, self.ar_count, self.ar_nbytes = plan.dtype, plan.count, plan.nbytes
+        self.ar_op_code, self.ar_kop = int(plan.op), _plans._KERNEL_OP[plan.op]
+        self.ar_stat = self.telemetry.stat("all_reduce", plan.nbytes) if self.telemetry is not None else None
+        self.ar_known = True  # last
 
     cdef object _all_reduce(self, sendbuf, recvbuf, op):
         """``Communicator.all_reduce(sendbuf, recvbuf, op)`` of a learnt shape, or :data:`MISS`."""
@@ -518,6 +522,14 @@ cdef class FastPath:
         comm = self.comm
         if not self._ready(comm):
             return MISS
+        # The shape as matched, taken before anything can let another thread run (the lock's
+        # wait, the engine's call): a learning there rewrites the fields for its own buffers.
+        cdef uintptr_t send_p = self.ar_send, recv_p = self.ar_recv
+        cdef size_t count = self.ar_count
+        cdef int dtype = self.ar_dtype, kop = self.ar_kop
+        cdef int64_t op_code = self.ar_op_code
+        cdef uint64_t nbytes = self.ar_nbytes
+        choice, stat = self.ar_choice, self.ar_stat
         result = sendbuf if recvbuf is None else recvbuf
         cdef uint64_t t0 = uc_clock_ticks()  # one reading for the flight recorder and telemetry
         cdef Row *row = self._enqueue("all_reduce", t0)
@@ -525,19 +537,19 @@ cdef class FastPath:
         cdef int64_t seq
         self.lock.take()
         try:
-            seq = self._start(comm, "all_reduce", row, self.ar_dtype, <int64_t>self.ar_count, -1)
+            seq = self._start(comm, "all_reduce", row, dtype, <int64_t>count, -1)
             if row != NULL:
-                _set_path(row, self.ar_choice)
-            h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, self.ar_dtype, <int64_t>self.ar_count
-            h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = self.ar_op_code, -1, 0, 0
+                _set_path(row, choice)
+            h[R_ERR], h[R_COLL], h[R_DTYPE], h[R_COUNT] = 0, COLL_ALL_REDUCE, dtype, <int64_t>count
+            h[R_OP], h[R_ROOT], h[R_NATIVE], h[R_DEVRED] = op_code, -1, 0, 0
             self.state.in_data = True
             try:
-                if not self.engine.agreed(h if self.checking else NULL, self.hdrs, COLL_ALL_REDUCE, self.ar_send,
-                                          self.ar_recv, self.ar_count, self.ar_dtype, self.ar_kop, -1):
+                if not self.engine.agreed(h if self.checking else NULL, self.hdrs, COLL_ALL_REDUCE, send_p,
+                                          recv_p, count, dtype, kop, -1):
                     self._mismatched(sendbuf, recvbuf, op, seq)
             except UnicclError as exc:
                 self._failed(sendbuf, recvbuf, op, self._moved(row), seq, exc)
-            self._completed(row, self.ar_stat, self.ar_nbytes, t0)
+            self._completed(row, <Stat>stat, nbytes, t0)
         finally:
             self.lock.give()
         self.served += 1
@@ -592,8 +604,8 @@ cdef class FastPath:
                 sh.kind[i] = 1
                 sh.ptr[i], sh.size[i] = <uintptr_t>cnp.PyArray_DATA(arr), cnp.PyArray_SIZE(arr)
                 sh.typenum[i], sh.writeable[i] = cnp.PyArray_TYPE(arr), cnp.PyArray_ISWRITEABLE(arr)
-            elif isinstance(a, (int, str, float)) or a.__class__.__module__.startswith("uniccl"):
-                sh.kind[i] = 2  # an op, a root, a flag (never a buffer of another kind)
+            elif isinstance(a, (int, str, float)):  # (ReduceOp is an int)
+                sh.kind[i] = 2  # an op, a root, a flag: immutable, compared by identity or value
                 sh.scalars[i] = a
             elif getattr(a, "is_cuda", None) is False:
                 return False  # a host tensor: asking for the interface would raise, costing more
@@ -921,8 +933,10 @@ cdef class Persistent:
     (the output buffer, or None) and raises its error.  Every rank must start its persistent
     calls, and make its other calls, in the same order: the call's record still rides on the
     data, so a rank that starts something else gets ``InvalidUsage`` naming both sides.
-    Over shared memory a start goes from here to the engine's call with nothing checked again
-    but the communicator's state; elsewhere (TCP, MPI, device buffers) it is the ordinary call.
+    Over shared memory a start goes from here to the engine's call with only the communicator's
+    state and the buffers' address, size, type and flags checked again (a buffer changed since
+    init takes the ordinary call, which checks it in full); elsewhere (TCP, MPI, device buffers)
+    it is the ordinary call.
     Telemetry, the flight recorder and the call numbers see each start as a call."""
 
     cdef object comm, planner, args
@@ -948,7 +962,9 @@ cdef class Persistent:
         if self.active:
             raise InvalidUsage("start() of a persistent call still active: wait() for it first", op=self.name,
                                rank=self.comm.rank)
-        if not async_op and self.sh is not None and fast._ready(self.comm):
+        # the buffers as at init (address, size, type, flags: an array resized, retyped or made
+        # read-only since takes the ordinary call, which checks it again)
+        if not async_op and self.sh is not None and fast._ready(self.comm) and _matches(self.sh, self.args):
             self.work = fast._run(self.sh, self.name, self.args)
         else:
             self.work = self.comm._call(self.name, self.planner, self.args, async_op, None, 1)
