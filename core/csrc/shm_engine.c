@@ -1669,7 +1669,25 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
     return rc;
 }
 
-#define PAIR_NT_MAX_BYTES (256u << 10) /* reduce_pair's staging streams up to this (below) */
+#define PAIR_NT_MAX_BYTES (256u << 10)     /* reduce_pair's staging streams up to this (below) */
+#define PAIR_HALVES_MIN_BYTES (768u << 10) /* and from this to a slot it halves the call (pair_chunk) */
+
+/* reduce_pair's chunk, in elements.  The root folds a chunk once it is staged, so a call of one
+ * chunk stages and folds in series; halves overlap the second staging with the first fold.
+ * Halves up to PAIR_NT_MAX_BYTES (streamed) and from PAIR_HALVES_MIN_BYTES to a slot; between
+ * them (calls of 384-640 KiB) halves in plain stores were slower than one chunk.  (2026-12-07, in-process
+ * A/B, UNICCL_SHM_CMA=0, 2 ranks, medians of 5-7 rounds of 40 calls, two jobs: 64 KiB 8.1-8.3 ->
+ * 6.9-7.1 us, 128 KiB 16.4 -> 12.8-13.3, 256 KiB 29.5-30.7 -> 25.2-26.3, 384 KiB 27-31 -> 33-40,
+ * 512 KiB 31.5-32.0 -> 37.9-38.8, 768 KiB 45.7-48.6 -> 36.8-38.8, 1 MiB 59-67 -> 39.5-42.4;
+ * from 2 MiB, 512 KiB chunks were no faster than a slot's.) */
+static size_t pair_chunk(const uc_shm *e, size_t count, size_t isz) {
+    size_t chunk = e->slot_bytes / isz, nbytes = count * isz;
+    if (nbytes > PAIR_NT_MAX_BYTES && (nbytes < PAIR_HALVES_MIN_BYTES || nbytes > e->slot_bytes))
+        return chunk;
+    size_t half = (count + 1) / 2, page = 4096 % isz ? 1 : 4096 / isz; /* halves on page edges */
+    half = (half + page - 1) / page * page;
+    return half < chunk ? half : chunk;
+}
 
 /* A reduce of two ranks through the slots: the other rank stages its input chunk by chunk and
  * the root folds each chunk straight into recv, its own input and the staged chunk in rank order.
@@ -1678,7 +1696,7 @@ static int all_reduce_impl(uc_shm *e, const void *send, void *recv, size_t count
 static int reduce_pair(uc_shm *e, const char *send, char *recv, size_t count, size_t isz, int dtype, int op,
                        int root) {
     int me = e->rank, peer = 1 - me;
-    size_t chunk = e->slot_bytes / isz, nchunks = (count + chunk - 1) / chunk;
+    size_t chunk = pair_chunk(e, count, isz), nchunks = (count + chunk - 1) / chunk;
     uint64_t g0 = e->g;
     e->g += nchunks;
     CHECKED(rec_publish(e));

@@ -91,8 +91,9 @@ def attach_standalone(name: str, rank: int, size: int, slot_bytes: int, timeout:
 # ------------------------------------------------------------------ matrix
 def block_counts(dt, slot_bytes: int, full: bool) -> list[int]:
     per_slot = slot_bytes // dt.itemsize
-    if not full:  # a fifth of a slot and 3.5 slots: blocks under a slot, and a last chunk short
-        return [0, 1, 1023, per_slot // 5 + 3, per_slot + 1, 7 * per_slot // 2]
+    if not full:  # a fifth of a slot, 7/8 of one (a two-rank reduce halves both) and 3.5 slots: blocks
+        # under a slot, halves of odd length, and a last chunk short
+        return [0, 1, 1023, per_slot // 5 + 3, 7 * per_slot // 8 + 3, per_slot + 1, 7 * per_slot // 2]
     return [0, 1, 7, 1023, per_slot - 1, per_slot, per_slot + 1, 7 * per_slot // 2]
 
 
