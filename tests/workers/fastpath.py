@@ -57,7 +57,6 @@ if mode == "kill":
 
 if mode == "misuse":
     import threading
-    import types
 
     assert n == 2
     # a. a call refused inside a group (float32 recvbuf for float64 data; a recvbuf of 4 for
@@ -128,17 +127,22 @@ if mode == "misuse":
             req.wait()
             assert np.array_equal(y, np.full(1 << 17, 3.0, np.float32)), y[:4]
         req.free()
+
     # e. a buffer wrapper (DLPack) from a module whose name starts with "uniccl": its memory is
     #    read at every call, not the wrapper taken for a scalar compared by identity
-    wrapmod = types.ModuleType("uniccl_userbuf")
-    exec(
-        "class Buf:\n"
-        "    def __init__(self, arr): self.arr = arr\n"
-        "    def __dlpack__(self, **kw): return self.arr.__dlpack__(**kw)\n"
-        "    def __dlpack_device__(self): return self.arr.__dlpack_device__()\n",
-        wrapmod.__dict__,
-    )
-    w = wrapmod.Buf(np.full(8, r + 1.0))
+    class Buf:
+        __module__ = "uniccl_userbuf"
+
+        def __init__(self, arr):
+            self.arr = arr
+
+        def __dlpack__(self, **kw):
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    w = Buf(np.full(8, r + 1.0))
     comm.all_gather(np.ones(2), np.zeros(4))  # (another collective's shape between)
     for k in range(4):
         w.arr = np.full(8, (r + 1.0) * (k + 1))

@@ -80,7 +80,6 @@ cdef Py_ssize_t F_SEQ = _fl.SEQ, F_DTYPE = _fl.DTYPE, F_COUNT = _fl.COUNT, F_ROO
 cdef Py_ssize_t F_PATH = _fl.PATH, F_STATE = _fl.STATE, F_T_ENQ = _fl.T_ENQ, F_T_START = _fl.T_START
 cdef Py_ssize_t F_T_END = _fl.T_END, F_CODE = _fl.CODE, F_LASTI = _fl.LASTI, F_FIELDS = len(_fl.FIELDS)
 cdef object S_ENQUEUED = "enqueued", S_STARTED = "started", S_COMPLETED = "completed", EMPTY = ""
-cdef object AVG = ReduceOp.AVG
 
 # A forked child must not use its parent's communicator (Communicator._owned says so): a
 # counter bumped in every child replaces a getpid() per call.
@@ -490,8 +489,8 @@ cdef class FastPath:
             plan = _plans.all_reduce(comm, sendbuf, recvbuf, op)  # every check of the call's
         except UnicclError:
             return
-        if plan.op is AVG or plan.engine is None:
-            return
+        if plan.engine is None:
+            return  # AVG: more than the one engine call
         choice = self.tuner.choose("all_reduce", plan.nbytes)
         if choice.transport != "shm":
             return
@@ -502,8 +501,8 @@ cdef class FastPath:
         self.ar_send, self.ar_recv = <uintptr_t>cnp.PyArray_DATA(s), <uintptr_t>cnp.PyArray_DATA(r)
         self.ar_scount, self.ar_rcount = cnp.PyArray_SIZE(s), cnp.PyArray_SIZE(r)
         self.ar_stype, self.ar_rtype = cnp.PyArray_TYPE(s), cnp.PyArray_TYPE(r)
-        self.ar_dtype, self.ar_count, self.ar_nbytes = plan.dtype, plan.count, plan.nbytes
-        self.ar_op_code, self.ar_kop = int(plan.op), _plans._KERNEL_OP[plan.op]
+        _, _, self.ar_count, self.ar_dtype, self.ar_kop, _ = plan.engine
+        self.ar_nbytes, self.ar_op_code = plan.nbytes, int(plan.op)
         self.ar_stat = self.telemetry.stat("all_reduce", plan.nbytes) if self.telemetry is not None else None
         self.ar_known = True  # last
 
