@@ -10,7 +10,8 @@ MODE misuse (2 ranks): what a served call must not do that the general path does
 misuse ok" per rank: learn from a call queued in a group (and then serve a call the checks
 refuse, writing past a buffer), raise inside the group, run a call matched in one thread with
 the shape another thread learnt meanwhile, start a persistent call on a buffer resized, retyped
-or made read-only since init, or take a buffer wrapper for a scalar because of its module's name.
+or made read-only since init, take a buffer wrapper for a scalar because of its module's name,
+stop serving a shape once called in a group, or let a persistent call start inside a group.
 """
 
 import os
@@ -149,6 +150,32 @@ if mode == "misuse":
         comm.reduce(w, None, "sum", 0)
         if r == 0:
             assert np.array_equal(w.arr, np.full(8, 3.0 * (k + 1))), (k, w.arr[:2])
+    # f. a shape called once inside a group (queued there, not run) is served again after it
+    x = np.zeros(1024)
+    for _ in range(3):
+        comm.broadcast(x, root=0)
+    with uniccl.group():
+        comm.broadcast(x, root=0)
+    before = fast.served
+    for k in range(50):
+        x[:] = k if r == 0 else -1.0
+        comm.broadcast(x, root=0)
+        assert (x == k).all(), (k, x[:2])
+    assert fast.served - before >= 49, fast.served - before
+    # g. a persistent start inside a group: InvalidUsage on every rank (a group would only queue
+    #    it: its wait() would return before anything moved), nothing moved; it starts after
+    y = np.full(4, r + 1.0)
+    req = comm.broadcast_init(y, root=1)
+    try:
+        with uniccl.group():
+            req.start()
+        sys.exit(f"rank {r}: a persistent start inside a group was taken")
+    except uniccl.InvalidUsage as exc:
+        assert "inside uniccl.group()" in str(exc), exc
+    assert np.array_equal(y, np.full(4, r + 1.0)) and req.test(), y
+    req.start()
+    assert req.wait() is y and np.array_equal(y, np.full(4, 2.0)), y
+    req.free()
     print(f"rank {r}: misuse ok", flush=True)
     comm.destroy()
     sys.exit(0)

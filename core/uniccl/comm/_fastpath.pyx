@@ -112,6 +112,12 @@ def groups_open():
     return _groups_open
 
 
+cdef bint _in_group():
+    """A group block is open in this thread (comm/group.py imports this module: imported here late)."""
+    from uniccl.comm import group
+    return group.current() is not None
+
+
 os.register_at_fork(after_in_child=_forked)
 
 
@@ -565,6 +571,8 @@ cdef class FastPath:
                 return comm._call(name, planner, args, False, None, 1)
             return self._run(sh, name, args)
         result = comm._call(name, planner, args, False, None, 1)
+        if _groups_open:
+            return result  # queued in a group, not run yet: nothing learnt (the shape learnt before stays)
         self.shapes.pop(name, None)
         sh = self.shape(name, planner, args, result)
         if sh is not None:
@@ -582,7 +590,10 @@ cdef class FastPath:
             return None
         if not self._arguments(sh, args, result):
             return None
-        sh.declined = self._served(sh, name, planner, args) is None
+        try:
+            sh.declined = self._served(sh, name, planner, args) is None
+        except UnicclError:
+            return None  # its buffers changed since the call (another thread): learnt at a later call
         return sh
 
     cdef bint _arguments(self, Shape sh, tuple args, result):
@@ -935,7 +946,8 @@ cdef class Persistent:
     Over shared memory a start goes from here to the engine's call with only the communicator's
     state and the buffers' address, size, type and flags checked again (a buffer changed since
     init takes the ordinary call, which checks it in full); elsewhere (TCP, MPI, device buffers)
-    it is the ordinary call.
+    it is the ordinary call.  Neither the init nor a start may be made inside ``uniccl.group()``
+    (InvalidUsage): a group would only queue the call.
     Telemetry, the flight recorder and the call numbers see each start as a call."""
 
     cdef object comm, planner, args
@@ -960,6 +972,9 @@ cdef class Persistent:
             raise InvalidUsage("start() of a freed persistent call", op=self.name, rank=self.comm.rank)
         if self.active:
             raise InvalidUsage("start() of a persistent call still active: wait() for it first", op=self.name,
+                               rank=self.comm.rank)
+        if _groups_open and _in_group():  # (as *_init: a group would only queue it, wait() never block)
+            raise InvalidUsage("a persistent call cannot be started inside uniccl.group()", op=self.name,
                                rank=self.comm.rank)
         # the buffers as at init (address, size, type, flags: an array resized, retyped or made
         # read-only since takes the ordinary call, which checks it again)

@@ -152,6 +152,7 @@ def staged_plan(comm, planner, args: tuple) -> Plan:
     comm._staging.list = None
     plan = planner(*args)
     plan.staged, comm._staging.list = comm._staging.list, None
+    plan.args = args
     return plan
 
 
@@ -160,7 +161,6 @@ def after_mismatch(comm, name: str, planner, args: tuple, seq: int):
     ``comm._hdrs``): the general path's judgement, which raises, or finds a difference the
     call allows (a peer stages its buffers), and then :func:`route`, on a plan made afresh."""
     plan = staged_plan(comm, planner, args)
-    plan.args = args
     native = native_path(comm, plan)
     comm._in_data = False  # nothing moved: every rank judges the same records
     judge(comm, plan, seq, None)

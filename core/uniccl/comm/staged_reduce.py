@@ -17,6 +17,7 @@ import ctypes
 import numpy as np
 
 from .._types import FLOATING, DType, MemcpyKind, ReduceOp
+from . import device as _device
 from . import plans as _plans
 
 COLLECTIVES = frozenset(("all_reduce", "reduce", "reduce_scatter"))
@@ -27,6 +28,7 @@ def applies(comm, plan) -> bool:
     return (
         plan.name in COLLECTIVES
         and plan.count > 0
+        and _device.all_staged(plan)
         and not kernels.startswith("none")
         and comm._backend.mem_alloc is not None
     )

@@ -149,6 +149,49 @@ def main() -> int:
             got = comm.all_reduce(host if r == 1 else a)
             check("all_reduce with a host-buffer peer", host if r == 1 else got.download(), summed(98))
 
+        # a device sendbuf with a host recvbuf: the host buffer gets the result (the host path),
+        # the device input stays as it was; twice each, the second call a learnt shape's
+        for k in range(2):
+            a.upload(vals(r, 90 + k))
+            host = np.zeros(N, np.float32)
+            assert comm.all_reduce(a, host) is host
+            check("all_reduce into a host recvbuf", host, summed(90 + k))
+            check("all_reduce into a host recvbuf: sendbuf", a.download(), vals(r, 90 + k))
+            host = np.zeros(N, np.float32)
+            comm.reduce(a, host, root=0)
+            check("reduce into a host recvbuf", host, summed(90 + k) if r == 0 else np.zeros(N))
+            host = np.zeros(n * N, np.float32)
+            comm.all_gather(a, host)
+            check("all_gather into a host recvbuf", host, np.concatenate([vals(q, 90 + k) for q in range(n)]))
+            gathered.upload(vals(r, 80 + k, n * N))
+            host = np.zeros(N, np.float32)
+            comm.reduce_scatter(gathered, host)
+            check("reduce_scatter into a host recvbuf", host, summed(80 + k, n * N)[r * N : (r + 1) * N])
+            check("reduce_scatter into a host recvbuf: sendbuf", gathered.download(), vals(r, 80 + k, n * N))
+            # and a host sendbuf into a device recvbuf (the device kernels' path wanted a device sendbuf)
+            out.upload(np.zeros(N, np.float32))
+            assert comm.all_reduce(vals(r, 60 + k), out) is out
+            check("all_reduce of a host sendbuf", out.download(), summed(60 + k))
+            comm.reduce_scatter(vals(r, 50 + k, n * N), out)
+            check("reduce_scatter of a host sendbuf", out.download(), summed(50 + k, n * N)[r * N : (r + 1) * N])
+
+        # a buffer whose interface turns read-only after the call read it (as another thread
+        # might make it): the call that ran returns on every rank; the shape is not learnt from it
+        class Turning(DeviceArray):
+            reads = 0
+
+            @property
+            def __cuda_array_interface__(self):
+                cai = DeviceArray.__cuda_array_interface__.fget(self)
+                Turning.reads += 1
+                if Turning.reads > 1:
+                    cai["data"] = (cai["data"][0], True)
+                return cai
+
+        t = Turning(be, vals(r, 70), device=comm.device)
+        comm.broadcast(t, root=n - 1)
+        check("broadcast of a buffer turning read-only", t.download(), vals(n - 1, 70))
+
         # a failing library call on a served shape: the status's typed error, naming call and rank
         in_place(100)
         calls = lib.uniccl_emu_calls(prefix + b"AllReduce")
