@@ -1608,8 +1608,12 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
     uint8_t *scratch = slot(e, me, 0); /* slots [me][0] and [me][1] are adjacent */
     size_t area = (2 * e->slot_bytes / (size_t)(n + 1)) / 64 * 64, m = area / isz;
     int want_mine = root == -1 || root == -2 || root == me;
-    /* fold straight into my recv unless that aliases my own input (in place) */
-    int direct = want_mine && !overlaps(recv + dst_off, len * isz, send + src_off, len * isz);
+    /* An all_reduce past the cache streams my part of the result out of the scratch area (no
+     * read-for-ownership of my recv) and writes the peers' from there, still in cache; folding
+     * it into my recv first (below that size) would read each line of it twice from memory. */
+    int nt = root == -1 && len * isz * (size_t)n >= e->nt_min_bytes;
+    /* else fold straight into my recv unless that aliases my own input (in place) */
+    int direct = want_mine && !nt && !overlaps(recv + dst_off, len * isz, send + src_off, len * isz);
     for (size_t off = 0; off < len; off += m) {
         size_t k = len - off < m ? len - off : m, nb = k * isz, so = src_off + off * isz,
                d = dst_off + off * isz;
@@ -1622,7 +1626,7 @@ static int reduce_cma(uc_shm *e, const char *send, char *recv, size_t src_off, s
             e->src[q] = q == me ? (const void *)(send + so) : (const void *)(scratch + (size_t)q * area);
         uint8_t *res = direct ? (uint8_t *)recv + d : scratch + (size_t)n * area;
         if ((rc = fold(e, res, e->src, k, dtype, op))) return rc;
-        if (want_mine && !direct) copy_mem(recv + d, res, nb);
+        if (want_mine && !direct) copy_out(e, recv + d, res, nb, nt);
         if (root == -2) continue;
         for (int j = 1; j < n; j++) {
             int q = (me + j) % n;

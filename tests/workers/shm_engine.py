@@ -2,8 +2,9 @@
 
     mpiexec -n N python shm_engine.py matrix --prefix /uniccl-test-...
         every collective x dtype x op x size, in and out of place, against numpy, on
-        three engines: single-copy transfers for every size, slot copies forced by
-        UNICCL_SHM_CMA=0, and the default tuning.  Exit 1 on any wrong result.
+        three engines: single-copy transfers for every size (and all_reduce so with
+        streamed outputs), slot copies forced by UNICCL_SHM_CMA=0, and the default tuning.
+        Exit 1 on any wrong result.
     mpiexec -n N python shm_engine.py big --prefix ... --mib 64
         one large all_reduce (checked), timed.
     mpiexec -n N python shm_engine.py bad-arg --prefix ...
@@ -248,6 +249,12 @@ def cmd_matrix(args) -> int:
         failures.append(f"cma engine: single-copy reads not in use: {eng.cma_reason}")
     if eng.tuning["cma_bcast_max_bytes"] != TEST_SLOT // 2:
         failures.append(f"cma engine: cma_bcast_max_bytes not applied: {eng.tuning}")
+    eng.close()
+    # 1b. the same with every output past the cache: a single-copy all_reduce streams each part
+    #     out of the scratch area (those of 32 MiB and more, by default)
+    eng = mpi_engine(world, args.prefix, "cma-nt", TEST_SLOT, cma=True, small_bytes=TEST_SMALL, cma_min_bytes=1,
+                     cma_reduce_min_bytes=1, nt_min_bytes=1)  # fmt: skip
+    cases += matrix(world, eng, "cma-nt", TEST_SLOT, ("all_reduce",), DTYPES, True, failures)
     eng.close()
 
     # 2. slot copies forced by the environment (pipelined reductions); non-temporal output
