@@ -143,6 +143,8 @@ def native_args(plan, staged: list) -> dict | None:
     by_slot = {s.slot: s for s in staged}
     send = by_slot.get("sendbuf") or by_slot["buf"]
     recv = by_slot.get("recvbuf") or send
+    if recv.stream != send.stream:
+        return None  # the library takes one stream; staging waits for each buffer's own
     return {
         "send": send.dev_ptr,
         "recv": recv.dev_ptr,

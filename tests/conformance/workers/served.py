@@ -115,6 +115,17 @@ def main() -> int:
 
         loop("all_reduce on a stream", on_stream)
 
+        # a sendbuf and a recvbuf on two streams: no library call (it takes one stream, and the
+        # other buffer's work would not be waited for); staged, each stream waited for
+        other = dev(np.zeros(N, np.float32), be.stream_create(comm.device))
+        for i in range(2):
+            s.upload(vals(r, 40 + i))
+            assert comm.all_reduce(s, other) is other
+            check("all_reduce across two streams", other.download(), summed(40 + i))
+            path = str(comm._flight.snapshot()["ops"][-1].get("path", ""))
+            if path.startswith("native:"):
+                failures.append(f"all_reduce across two streams took the library on one: {path}")
+
         # persistent: checked and agreed once, each start served
         req = comm.all_reduce_init(a)
 
