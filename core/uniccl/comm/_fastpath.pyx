@@ -592,7 +592,7 @@ cdef class FastPath:
             return None
         try:
             sh.declined = self._served(sh, name, planner, args) is None
-        except UnicclError:
+        except Exception:  # (a buffer's interface may raise anything)
             return None  # its buffers changed since the call (another thread): learnt at a later call
         return sh
 

@@ -165,6 +165,8 @@ def after_mismatch(comm, name: str, planner, args: tuple, seq: int):
     comm._in_data = False  # nothing moved: every rank judges the same records
     judge(comm, plan, seq, None)
     comm._in_data = True
+    if native is None and plan.staged:  # (its buffers changed since the shape was learnt): as prepare does
+        _device.stage_in(comm._backend, comm._mirrors, plan.staged)
     return route(comm, plan, seq, native)
 
 
