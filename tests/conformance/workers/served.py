@@ -186,6 +186,20 @@ def main() -> int:
             comm.reduce_scatter(vals(r, 50 + k, n * N), out)
             check("reduce_scatter of a host sendbuf", out.download(), summed(50 + k, n * N)[r * N : (r + 1) * N])
 
+        # a buffer on another device than the rank's: the host path (the library's communicator,
+        # the device kernels and their scratch are the rank's device's), the values right
+        devices = len(be.record.probe.get("devices") or ())
+        if devices > 1:
+            far = DeviceArray(be, vals(r, 30), device=(comm.device + 1) % devices)
+            for k in range(2):
+                far.upload(vals(r, 30 + k))
+                comm.all_reduce(far)
+                check("all_reduce on another device", far.download(), summed(30 + k))
+                path = str(comm._flight.snapshot()["ops"][-1].get("path", ""))
+                if path.startswith("native:") or path == "staged:device kernels":
+                    failures.append(f"all_reduce on another device ran on the rank's device: {path}")
+            far.free()
+
         # a buffer whose interface turns read-only after the call read it (as another thread
         # might make it): the call that ran returns on every rank; the shape is not learnt from it
         class Turning(DeviceArray):
