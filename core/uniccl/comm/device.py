@@ -117,14 +117,18 @@ def stage_out(backend, staged: list) -> None:
         backend.stream_synchronize(stream)
 
 
-def all_staged(plan) -> bool:
-    """Every buffer ``plan``'s call reads or writes is a staged device buffer: its sendbuf (a
-    broadcast's buf), and its recvbuf unless that is None, the sendbuf itself (in place) or a
-    reduce's non-root's (unused).  A host buffer beside a device one takes the host path: the
-    vendor library and the device kernels would write the device buffer in its place.
-    ``plan.args`` are the builder's: ``(comm, sendbuf, recvbuf, ...)`` for every collective but
-    broadcast."""
-    slots = {s.slot: s for s in plan.staged or ()}
+def on_device(comm, plan) -> bool:
+    """Every buffer ``plan``'s call reads or writes is a staged device buffer of this rank's
+    device (``comm.device``, where the library's communicator, the device kernels and their
+    scratch live): its sendbuf (a broadcast's buf), and its recvbuf unless that is None, the
+    sendbuf itself (in place) or a reduce's non-root's (unused).  Otherwise the host path runs:
+    beside a host buffer the library and the kernels would write the device buffer in its
+    place.  ``plan.args`` are the builder's, ``(comm, sendbuf, recvbuf, ...)`` for every
+    collective but broadcast."""
+    staged = plan.staged or ()
+    if not staged or any(s.device != comm.device for s in staged):
+        return False
+    slots = {s.slot: s for s in staged}
     send = slots.get("sendbuf") or slots.get("buf")
     if send is None:
         return False
@@ -132,15 +136,15 @@ def all_staged(plan) -> bool:
         return True
     if len(plan.args) < 3:
         return False  # (no builder's arguments to tell: the host path is right for any)
-    comm, recvbuf = plan.args[0], plan.args[2]
+    recvbuf = plan.args[2]
     return recvbuf is None or recvbuf is send.obj or (plan.name == "reduce" and comm.rank != plan.root)
 
 
-def native_args(plan, staged: list) -> dict | None:
+def native_args(comm, plan) -> dict | None:
     """The native library's arguments for ``plan``, or None when it has no native form."""
-    if plan.name not in NATIVE or not staged or not all_staged(plan):
+    if plan.name not in NATIVE or not on_device(comm, plan):
         return None
-    by_slot = {s.slot: s for s in staged}
+    by_slot = {s.slot: s for s in plan.staged}
     send = by_slot.get("sendbuf") or by_slot["buf"]
     recv = by_slot.get("recvbuf") or send
     if recv.stream != send.stream:

@@ -172,9 +172,9 @@ def after_mismatch(comm, name: str, planner, args: tuple, seq: int):
 
 def native_path(comm, plan: Plan):
     """Native-library arguments when this rank can take the native path, else None."""
-    if comm._native is None or {s.device for s in plan.staged} != {comm.device}:
-        return None  # the library's communicator lives on this rank's device; others stage
-    args = _device.native_args(plan, plan.staged)
+    if comm._native is None:
+        return None
+    args = _device.native_args(comm, plan)  # (buffers of another device, or host ones beside, stage)
     if args is None or not comm._native.supports(plan.dtype, plan.op if plan.op >= 0 else 0):
         return None
     return args

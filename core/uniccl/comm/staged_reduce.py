@@ -28,8 +28,7 @@ def applies(comm, plan) -> bool:
     return (
         plan.name in COLLECTIVES
         and plan.count > 0
-        and _device.all_staged(plan)
-        and {s.device for s in plan.staged} == {comm.device}  # the kernels and their scratch are the rank's device's
+        and _device.on_device(comm, plan)
         and not kernels.startswith("none")
         and comm._backend.mem_alloc is not None
     )
